@@ -1,0 +1,40 @@
+# The two commands a newcomer needs are `make lab` and `make test`; both set themselves up.
+PY := .venv/bin/python
+# Where `make grade` reads submissions from, and which assignment it grades.
+SUBMISSIONS ?= submissions
+ASSIGNMENT ?= 01_naive_attention
+# `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
+TIER ?= cpu
+
+.PHONY: setup setup-test lab test test-fast release check-release grade doctor clean
+
+setup:
+	@scripts/setup.sh
+
+setup-test:
+	@scripts/setup.sh --test
+
+lab: setup
+	COURSE_TIER=$(TIER) $(PY) -m jupyter lab --ServerApp.root_dir=. notebooks/00_orientation/00_orientation.ipynb
+
+test: setup-test
+	$(PY) -m pytest -n 2 --durations=15
+
+# Everything but the notebook, grading and browser tests: a quick loop while editing.
+test-fast: setup-test
+	$(PY) -m pytest -n 2 -m "not slow and not browser"
+
+release: setup
+	$(PY) -m autograder release
+
+check-release: setup
+	$(PY) -m autograder release --check
+
+grade: setup
+	$(PY) -m autograder grade $(SUBMISSIONS) --assignment $(ASSIGNMENT)
+
+doctor: setup
+	$(PY) -m course doctor
+
+clean:
+	rm -rf build test-output .pytest_cache

@@ -1,0 +1,76 @@
+"""Errors the course shows to a learner: a few plain sentences, never a wall of traceback.
+
+``CourseError`` is the base of everything the course raises on purpose. Inside IPython/Jupyter,
+``install_ipython_handler`` makes such an error display as its message only (the cell still
+counts as failed, so nbgrader still gives 0 for a failing test cell). ``learner_traceback``
+formats an exception raised by the learner's own code, keeping only the learner's frames.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import traceback
+from types import TracebackType
+
+__all__ = ["CourseError", "CheckFailed", "learner_traceback", "install_ipython_handler"]
+
+_COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))})
+
+
+class CourseError(Exception):
+    """An error raised on purpose by course machinery; the message is meant for a person."""
+
+
+class CheckFailed(CourseError, AssertionError):
+    """A check found the learner's answer wrong. Subclasses AssertionError so test tooling treats it as a failure."""
+
+
+def _is_learner_frame(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    if path.startswith(_COURSE_DIR + os.sep):
+        return False
+    if any(path.startswith(d + os.sep) for d in _LIBRARY_DIRS if d):
+        return False
+    return not filename.startswith("<frozen")
+
+
+def _where(filename: str) -> str:
+    # IPython names cells like /tmp/ipykernel_123/4567.py; a learner knows them as "your cell".
+    if "ipykernel_" in filename or filename.startswith("<ipython-input"):
+        return "your cell"
+    return os.path.relpath(filename) if os.path.isabs(filename) else filename
+
+
+def learner_traceback(exc: BaseException, limit: int = 4) -> str:
+    """'ExcType: message' plus the last few frames that belong to the learner's own code."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_learner_frame(f.filename)]
+    lines = []
+    for f in frames[-limit:]:
+        code = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
+        lines.append(f"  {_where(f.filename)}, line {f.lineno}, in {f.name}: {code}")
+    message = str(exc).strip().splitlines()
+    head = f"{type(exc).__name__}: {message[0] if message else ''}".rstrip(": ")
+    # Some libraries (Triton's compiler among them) put the useful sentence on a later line.
+    extra = [m for m in message[1:] if m.strip()][-3:]
+    return "\n".join(lines + [f"  {head}"] + [f"    {m.strip()}" for m in extra])
+
+
+def _show_course_error(shell, etype: type, value: BaseException, tb: TracebackType | None, tb_offset=None) -> list[str]:
+    red, reset = "\x1b[31m", "\x1b[0m"
+    title = "check failed" if isinstance(value, CheckFailed) else "course error"
+    return [f"{red}✗ {title}{reset}\n{value}"]
+
+
+def install_ipython_handler() -> bool:
+    """Show CourseError as its message only in IPython. Returns True when a shell was found."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    shell.set_custom_exc((CourseError,), _show_course_error)
+    return True

@@ -1,0 +1,112 @@
+"""Which execution tiers this machine has, and the choice the course makes for the learner.
+
+The course always has a CPU tier. ``configure()`` runs when ``course`` is imported: when there is no
+usable CUDA GPU (or ``COURSE_TIER=cpu`` is set, as ``make lab`` does) it switches Triton to its
+interpreter, so a learner never has to know about ``TRITON_INTERPRET``. The variable has to be set
+before a ``@triton.jit`` function is defined, which is why notebooks import ``course`` first.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+__all__ = ["Tier", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers"]
+
+_ENV = "COURSE_TIER"  # "cpu" forces the CPU tier; "auto" (default) takes a GPU when there is one
+
+
+def _cuda_gpu() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name(0)
+
+
+def configure() -> None:
+    """Pick the tier once per process (idempotent). An explicit TRITON_INTERPRET is respected."""
+    forced_cpu = os.environ.get(_ENV, "auto").lower() == "cpu"
+    if "TRITON_INTERPRET" not in os.environ and (forced_cpu or _cuda_gpu() is None):
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def triton_interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def device() -> str:
+    """Where exercise tensors live: 'cuda' on the GPU tier, 'cpu' otherwise."""
+    return "cpu" if triton_interpreted() or _cuda_gpu() is None else "cuda"
+
+
+def active_tier() -> str:
+    """A short label for reports: which tier graded this run."""
+    if triton_interpreted():
+        return "CPU tier (Triton interpreter)"
+    gpu = _cuda_gpu()
+    return f"GPU tier ({gpu})" if gpu else "CPU tier"
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    available: bool
+    detail: str
+
+
+def _version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    try:
+        from importlib.metadata import version
+        return version(module)
+    except Exception:
+        return "installed"
+
+
+def _nvcc_version() -> str | None:
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    release = [line for line in out.splitlines() if "release" in line]
+    return release[-1].strip() if release else "present"
+
+
+def _apple_metal() -> tuple[bool, str]:
+    if sys.platform != "darwin":
+        return False, "needs macOS on Apple silicon (M1 or newer)"
+    if platform.machine() != "arm64":
+        return False, "needs Apple silicon (M1 or newer); this Mac is Intel"
+    if importlib.util.find_spec("Metal") is None:
+        return False, "needs PyObjC's Metal bindings: pip install pyobjc-framework-Metal"
+    return True, "Apple GPU through PyObjC's Metal API"
+
+
+def detect_tiers() -> list[Tier]:
+    """Every tier the course knows, whether this machine has it, and what it needs if not."""
+    triton = _version("triton")
+    gpu = _cuda_gpu()
+    nvcc = _nvcc_version()
+    metal_ok, metal_detail = _apple_metal()
+    return [
+        Tier("Triton interpreter (CPU)", triton is not None,
+             f"triton {triton}" if triton else "needs the triton package (Linux wheels only): pip install triton"),
+        Tier("Triton native (GPU)", triton is not None and gpu is not None,
+             f"{gpu}" if (triton and gpu) else "needs an NVIDIA (CUDA) or AMD (ROCm) GPU with a matching PyTorch and triton"),
+        Tier("CUDA C on the CPU runtime", False, "not part of this release yet (lessons 00-01 use Triton only)"),
+        Tier("Metal on the CPU runtime", False, "not part of this release yet (lessons 00-01 use Triton only)"),
+        Tier("nvcc compile gate", nvcc is not None, nvcc or "needs the CUDA toolkit's nvcc on PATH"),
+        Tier("CUDA GPU", gpu is not None, gpu or "no CUDA device visible to PyTorch"),
+        Tier("Apple Metal GPU", metal_ok, metal_detail),
+    ]

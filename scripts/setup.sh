@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sets up everything the course needs in ./.venv, idempotently.
+#   scripts/setup.sh            the course (JupyterLab, nbgrader, Triton, PyTorch)
+#   scripts/setup.sh --test     the same plus the test tools and Debian's Chromium for the browser test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "setup: the course needs Python 3.10 or newer (found: $("$PYTHON" --version 2>&1))." >&2
+    exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PYTHON" -m venv .venv || {
+        echo "setup: 'python3 -m venv' failed; on Debian/Ubuntu install python3-venv first." >&2; exit 1; }
+fi
+PY=.venv/bin/python
+
+# PyTorch first, pinned to the version the course is tested with. On a CUDA machine the same
+# pin resolves to the CUDA build; an already installed torch is left alone.
+if ! $PY -c 'import torch' 2>/dev/null; then
+    echo "setup: installing PyTorch 2.13.0"
+    $PY -m pip install --quiet "torch==2.13.0"
+fi
+
+# Re-install the course only when its dependency list changed.
+extras=""
+[ $want_test = 1 ] && extras="[dev]"
+stamp=".venv/.course-installed${extras}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing the course package${extras:+ with test tools}"
+    $PY -m pip install --quiet --disable-pip-version-check -e ".${extras}"
+    touch "$stamp"
+fi
+
+if [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+    # The browser test drives Debian's Chromium through Playwright; Playwright's own browser
+    # download is not used.
+    if command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing Chromium (Debian package) for the browser test"
+        SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+    else
+        echo "setup: no apt-get here; install Chromium yourself or the browser test will be skipped." >&2
+    fi
+fi
+echo "setup: ready ($($PY -c 'import torch, sys; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")'))"
