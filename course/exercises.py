@@ -104,8 +104,9 @@ def _naive_triton(fn, cases: Iterable[Case] | None = None) -> Report:
         cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(17, 17, 64, seed=2),
                  Case(33, 33, 64, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(40, 6, 16, seed=6),
                  Case(24, 24, 32, dtype=torch.float16, seed=21)]
-    report = check_attention("01.naive_triton", fn, cases, device=tiers.device())
-    check_attention("01.naive_triton", fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, device=tiers.device())
+    where = dict(device=tiers.device(), tier=tiers.active_tier())
+    report = check_attention("01.naive_triton", fn, cases, **where)
+    check_attention("01.naive_triton", fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
     return report
 
 
