@@ -1,7 +1,7 @@
 """FlashAttention from first principles: the course package.
 
 Import it first in every notebook: it picks the execution tier (Triton's interpreter when there
-is no GPU) and makes course errors display as short messages.
+is no GPU).
 
     import course
     course.check("01.attention_torch", attention_torch)
@@ -13,12 +13,10 @@ from . import tiers
 tiers.configure()  # must run before any @triton.jit function is defined
 
 from . import reference, roofline  # noqa: E402
-from .errors import CheckFailed, CourseError, install_ipython_handler  # noqa: E402
+from .errors import CheckFailed, CourseError  # noqa: E402
 from .exercises import EXERCISES, check  # noqa: E402
 from .inputs import Case, make_qkv, standard_cases  # noqa: E402
 from .reference import attention, attention_backward  # noqa: E402
-
-install_ipython_handler()
 
 __all__ = ["check", "EXERCISES", "CheckFailed", "CourseError", "Case", "make_qkv", "standard_cases",
            "attention", "attention_backward", "reference", "roofline", "tiers"]

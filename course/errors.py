@@ -1,9 +1,10 @@
 """Errors the course shows to a learner: a few plain sentences, never a wall of traceback.
 
-``CourseError`` is the base of everything the course raises on purpose. Inside IPython/Jupyter,
-``install_ipython_handler`` makes such an error display as its message only (the cell still
-counts as failed, so nbgrader still gives 0 for a failing test cell). ``learner_traceback``
-formats an exception raised by the learner's own code, keeping only the learner's frames.
+``CourseError`` is the base of everything the course raises on purpose. In IPython/Jupyter such an
+error displays as its message only (IPython asks an exception for ``_render_traceback_``); the cell
+still fails, with an ordinary error output, so nbgrader still gives 0 for a failing test cell.
+``learner_traceback`` formats an exception raised by the learner's own code, keeping only the
+learner's frames.
 """
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ import linecache
 import os
 import sys
 import traceback
-from types import TracebackType
 
-__all__ = ["CourseError", "CheckFailed", "learner_traceback", "install_ipython_handler"]
+__all__ = ["CourseError", "CheckFailed", "learner_traceback"]
 
 _COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))})
@@ -22,9 +22,17 @@ _LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), *(p for p in sys.path if p.
 class CourseError(Exception):
     """An error raised on purpose by course machinery; the message is meant for a person."""
 
+    title = "course error"
+
+    def _render_traceback_(self) -> list[str]:
+        red, reset = "\x1b[31m", "\x1b[0m"
+        return [f"{red}✗ {self.title}{reset}", *str(self).splitlines()]
+
 
 class CheckFailed(CourseError, AssertionError):
     """A check found the learner's answer wrong. Subclasses AssertionError so test tooling treats it as a failure."""
+
+    title = "check failed"
 
 
 def _is_learner_frame(filename: str) -> bool:
@@ -55,22 +63,3 @@ def learner_traceback(exc: BaseException, limit: int = 4) -> str:
     # Some libraries (Triton's compiler among them) put the useful sentence on a later line.
     extra = [m for m in message[1:] if m.strip()][-3:]
     return "\n".join(lines + [f"  {head}"] + [f"    {m.strip()}" for m in extra])
-
-
-def _show_course_error(shell, etype: type, value: BaseException, tb: TracebackType | None, tb_offset=None) -> list[str]:
-    red, reset = "\x1b[31m", "\x1b[0m"
-    title = "check failed" if isinstance(value, CheckFailed) else "course error"
-    return [f"{red}✗ {title}{reset}\n{value}"]
-
-
-def install_ipython_handler() -> bool:
-    """Show CourseError as its message only in IPython. Returns True when a shell was found."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    if shell is None:
-        return False
-    shell.set_custom_exc((CourseError,), _show_course_error)
-    return True
