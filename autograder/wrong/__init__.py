@@ -1,0 +1,67 @@
+"""The wrong-solution corpus: plausible mistakes that the checks must catch.
+
+Each entry replaces one solution cell of a lesson's instructor notebook, either with a whole new
+cell or with small text edits of the reference solution (so an entry goes stale loudly, never
+silently: an edit whose text is no longer in the solution is an error). The test suite grades every
+entry with the real nbgrader pipeline and requires it to lose points on its own exercise while
+keeping full marks everywhere else.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["WrongSolution", "corpus", "make_submission", "exercise_of"]
+
+
+@dataclass(frozen=True)
+class WrongSolution:
+    assignment: str
+    cell: str
+    """grade_id of the solution cell this entry replaces."""
+    name: str
+    mistake: str
+    """The mistake, as a learner would make it, in one sentence."""
+    source: str | None = None
+    edits: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def student_id(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", f"{self.cell}-{self.name}".lower())
+
+    def apply(self, solution: str) -> str:
+        if self.source is not None:
+            return self.source.strip("\n")
+        text = solution
+        for old, new in self.edits:
+            if old not in text:
+                raise ValueError(f"{self.student_id}: {old!r} is not in the solution of {self.cell}; update the corpus")
+            text = text.replace(old, new)
+        if text == solution:
+            raise ValueError(f"{self.student_id}: the edits change nothing")
+        return text
+
+
+def exercise_of(test_cell: str) -> str:
+    """Test cells are named test_<solution cell>[_hidden]."""
+    return re.sub(r"_hidden$", "", test_cell.removeprefix("test_"))
+
+
+def corpus(assignment: str | None = None) -> list[WrongSolution]:
+    from . import lesson00, lesson01
+    entries = lesson00.WRONG + lesson01.WRONG
+    return [e for e in entries if assignment in (None, e.assignment)]
+
+
+def make_submission(solution_notebook: Path, wrong: WrongSolution) -> nbformat.NotebookNode:
+    """The instructor notebook with one solution cell replaced by the wrong answer."""
+    nb = copy.deepcopy(nbformat.read(solution_notebook, as_version=4))
+    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == wrong.cell]
+    if len(cells) != 1 or not cells[0].metadata["nbgrader"].get("solution"):
+        raise ValueError(f"{wrong.student_id}: no solution cell {wrong.cell!r} in {solution_notebook}")
+    cells[0].source = wrong.apply(cells[0].source)
+    return nb
