@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from .budget import attention_budget, plain_attention
-from .errors import CheckFailed, learner_traceback
+from .errors import CheckFailed, learner_traceback, root_cause
 from .inputs import Case
 from .reference import attention
 
@@ -57,10 +57,10 @@ def _call(exercise: str, fn: Callable[..., Any], args: tuple, kwargs: dict, case
         return fn(*args, **kwargs)
     except CheckFailed:
         raise
-    except NotImplementedError:
-        raise CheckFailed(f"{exercise}: not implemented yet (your function raised NotImplementedError).\n"
-                          f"hint: replace the `raise NotImplementedError()` line with your solution.") from None
     except Exception as exc:  # the learner's code failed: show their frames only
+        if isinstance(root_cause(exc), NotImplementedError):
+            raise CheckFailed(f"{exercise}: not implemented yet (your code raised NotImplementedError).\n"
+                              f"  hint: replace the `raise NotImplementedError()` line with your solution.") from None
         raise CheckFailed(f"{exercise}: your code raised an error on {case_text}:\n{learner_traceback(exc)}") from None
 
 

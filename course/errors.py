@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 
-__all__ = ["CourseError", "CheckFailed", "learner_traceback"]
+__all__ = ["CourseError", "CheckFailed", "learner_traceback", "root_cause"]
 
 _COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))})
@@ -51,15 +51,28 @@ def _where(filename: str) -> str:
     return os.path.relpath(filename) if os.path.isabs(filename) else filename
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost explicit cause: Triton's interpreter, for one, wraps a kernel's own exception."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
+
+
 def learner_traceback(exc: BaseException, limit: int = 4) -> str:
-    """'ExcType: message' plus the last few frames that belong to the learner's own code."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _is_learner_frame(f.filename)]
+    """'ExcType: message' of the root cause, after the last few frames that belong to the learner's code."""
+    chain = [exc]
+    while chain[-1] is not root_cause(chain[-1]):
+        chain.append(chain[-1].__cause__)  # type: ignore[arg-type]
+    frames = [f for e in chain for f in traceback.extract_tb(e.__traceback__) if _is_learner_frame(f.filename)]
     lines = []
     for f in frames[-limit:]:
         code = (f.line or linecache.getline(f.filename, f.lineno or 0)).strip()
         lines.append(f"  {_where(f.filename)}, line {f.lineno}, in {f.name}: {code}")
-    message = str(exc).strip().splitlines()
-    head = f"{type(exc).__name__}: {message[0] if message else ''}".rstrip(": ")
+    root = chain[-1]
+    message = str(root).strip().splitlines()
+    head = f"{type(root).__name__}: {message[0] if message else ''}".rstrip(": ")
     # Some libraries (Triton's compiler among them) put the useful sentence on a later line.
     extra = [m for m in message[1:] if m.strip()][-3:]
     return "\n".join(lines + [f"  {head}"] + [f"    {m.strip()}" for m in extra])

@@ -40,3 +40,23 @@ def test_a_kernel_without_rescale_fails(naive_module, tmp_path):
     broken = load_triton_module(str(path))
     with pytest.raises(CheckFailed, match="wrong answer"):
         course.check("01.naive_triton", broken.naive_attention)
+
+
+def test_untouched_stub_and_kernel_errors_point_at_the_kernel(tmp_path):
+    import re
+
+    from course.kernels import kernel_path, load_triton_module
+    source = kernel_path("triton/01_naive").read_text()
+    stub = re.sub(r"    # BEGIN SOLUTION.*?# END SOLUTION\n", "    # YOUR CODE HERE\n    raise NotImplementedError()\n",
+                  source, flags=re.S)
+    (tmp_path / "stub.py").write_text(stub)
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        course.check("01.naive_triton", load_triton_module(str(tmp_path / "stub.py")).naive_attention)
+
+    typo = source.replace("score = tl.sum(q * k, axis=0) * scale", "score = tl.sum(q * kk, axis=0) * scale")
+    (tmp_path / "typo.py").write_text(typo)
+    with pytest.raises(CheckFailed) as info:
+        course.check("01.naive_triton", load_triton_module(str(tmp_path / "typo.py")).naive_attention)
+    message = str(info.value)
+    if course.tiers.triton_interpreted():  # the interpreter reports the kernel's own line
+        assert "in naive_attention_kernel: score = tl.sum(q * kk" in message and "NameError" in message
