@@ -14,8 +14,11 @@ setup:
 setup-test:
 	@scripts/setup.sh --test
 
+# Jupyter refuses to run as root unless told; containers and fresh VMs often are root.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: setup
-	COURSE_TIER=$(TIER) $(PY) -m jupyter lab --ServerApp.root_dir=. notebooks/00_orientation/00_orientation.ipynb
+	COURSE_TIER=$(TIER) $(PY) -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. notebooks/00_orientation/00_orientation.ipynb
 
 test: setup-test
 	$(PY) -m pytest -n 2 --durations=15

@@ -36,6 +36,9 @@ class Report:
     def __bool__(self) -> bool:
         return True
 
+    def _ipython_display_(self) -> None:
+        """check() has already printed its one line; a notebook should not echo the object too."""
+
     def __str__(self) -> str:
         line = f"✓ {self.exercise}: {self.cases} case{'s' * (self.cases != 1)} passed"
         if self.worst_ratio:

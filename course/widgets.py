@@ -39,11 +39,11 @@ class ScoreMatrixCost:
 
     def summary(self) -> str:
         share = 4 * self.score_matrix / self.standard_traffic
-        return (f"N = {self.n:,}, D = {self.d}, {self.bytes_per_element}-byte elements, {self.heads} heads: "
-                f"S alone takes {_bytes(self.score_matrix)}. Standard attention moves {_bytes(self.standard_traffic)} "
-                f"({share:.1%} of it is S and P going back and forth); the naive kernel reads "
-                f"{_bytes(self.naive_reads)} (K and V once per query row); a fused kernel needs only "
-                f"{_bytes(self.fused_traffic)}.")
+        return (f"N = {self.n:,}, D = {self.d}, {self.bytes_per_element}-byte elements, {self.heads} heads:\n"
+                f"  S alone takes {_bytes(self.score_matrix)}.\n"
+                f"  Standard attention moves {_bytes(self.standard_traffic)} ({share:.1%} of it is S and P going back and forth).\n"
+                f"  The naive kernel reads {_bytes(self.naive_reads)} (K and V once per query row).\n"
+                f"  A fused kernel needs only {_bytes(self.fused_traffic)}.")
 
 
 def score_matrix_cost(n: int, d: int, bytes_per_element: int, heads: int = 1) -> ScoreMatrixCost:
@@ -72,7 +72,7 @@ def score_matrix_explorer(gpu_memory_gib: float = 80.0):
         ns = 2 ** np.arange(7, 18)
         costs = [score_matrix_cost(int(n), d, b, heads) for n in ns]
         here = score_matrix_cost(2**log_n, d, b, heads)
-        text.value = f"<p style='max-width:60em'>{here.summary()}</p>"
+        text.value = "<p style='max-width:60em'>" + here.summary().replace("\n", "<br>") + "</p>"
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
         left.loglog(ns, [c.score_matrix / _GIB for c in costs], "o-", label="S for all heads")
         left.axhline(gpu_memory_gib, color="crimson", ls="--", label=f"{gpu_memory_gib:g} GiB GPU")
