@@ -1,0 +1,129 @@
+"""Throwaway nbgrader course directories and the nbgrader commands run in them.
+
+Commands run as child processes: each gets a fresh nbgrader, a crash in one student's grading
+cannot take the batch down, and several students can be graded at once.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import REPO_ROOT
+
+__all__ = ["COURSE_ID", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
+
+COURSE_ID = "flash-attention"
+
+# Written into every course directory made here, so resetting one never deletes anything else.
+_MARKER = ".autograder-course"
+
+
+@dataclass
+class CommandResult:
+    """What an nbgrader command did: its exit status, its whole log, and whether it ran out of time."""
+
+    returncode: int
+    log: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def config_file_text(root: Path, timeout: int = 120) -> str:
+    """The ``nbgrader_config.py`` of a course directory: the settings of ``autograder.nbgrader_config``.
+
+    Kept as text so that this module does not import nbgrader (seconds of start-up) itself.
+    """
+    return (
+        '"""nbgrader settings for this course directory; see autograder/nbgrader_config.py."""\n'
+        "from autograder.nbgrader_config import course_config\n\n"
+        f"c.merge(course_config({str(root)!r}, timeout={int(timeout)}))\n"
+    )
+
+
+class CourseDir:
+    """An nbgrader course directory (source/, release/, submitted/, ..., gradebook.db) at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+
+    @classmethod
+    def create(cls, root: Path, timeout: int = 120) -> "CourseDir":
+        """Make an empty course directory at ``root``, replacing one this module made before."""
+        root = Path(root).resolve()
+        if root.exists():
+            if not (root / _MARKER).exists():
+                raise FileExistsError(f"{root} exists and was not made by the autograder; "
+                                      f"choose another work directory or remove it yourself.")
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        (root / _MARKER).write_text("made by `python -m autograder`; deleted and rebuilt on every run\n")
+        (root / "nbgrader_config.py").write_text(config_file_text(root, timeout))
+        return cls(root)
+
+    def source(self, assignment: str) -> Path:
+        return self.root / "source" / assignment
+
+    def release(self, assignment: str) -> Path:
+        return self.root / "release" / assignment
+
+    def submitted(self, student: str, assignment: str) -> Path:
+        return self.root / "submitted" / student / assignment
+
+    def feedback(self, student: str, assignment: str) -> Path:
+        return self.root / "feedback" / student / assignment
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def add_source(self, assignment: str, folder: Path) -> None:
+        """Copy an instructor assignment folder in as ``source/<assignment>``."""
+        shutil.copytree(folder, self.source(assignment), symlinks=True)
+
+    def run(self, *args: str, timeout: float | None = None, log_file: Path | None = None) -> CommandResult:
+        """Run ``nbgrader ARGS`` here; on ``timeout`` seconds the command and its kernel are killed."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        # nbgrader runs the `alembic` command when it creates a gradebook; it lives beside this Python.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, [env.get("PATH")])])
+        # A user's own ~/.jupyter/nbgrader_config.py must not change what the course releases or grades.
+        env["JUPYTER_CONFIG_DIR"] = str(self.root / ".jupyter")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=env, text=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a timeout kills the kernel too
+        )
+        timed_out = False
+        try:
+            log, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(process.pid, signal.SIGKILL)
+            log, _ = process.communicate()
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            log_file.write_text(log)
+        return CommandResult(process.returncode, log, timed_out)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt)): ?(.*)$")
+
+
+def error_summary(log: str) -> str:
+    """The last exception named in an nbgrader log, as ``Type: message``, or its last error line."""
+    lines = log.splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        match = _EXCEPTION_LINE.match(lines[index].strip())
+        if match and match.group(1) != "NbGraderException":
+            return f"{match.group(1)}: {match.group(2)}".rstrip(": ")
+    errors = [line.split("]", 1)[-1].strip() for line in lines if "ERROR" in line]
+    return errors[-1] if errors else (lines[-1].strip() if lines else "no output")
