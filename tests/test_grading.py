@@ -11,13 +11,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbgrader.preprocessors import ClearHiddenTests
 
 from autograder import NOTEBOOKS_DIR, REPO_ROOT, SOLUTIONS_DIR
 from autograder.grade import StudentResult, grade_submissions
 from autograder.stubs import LanguageAwareClearSolutions
 from autograder.submissions import collect
+from notebook_factory import cell, notebook
 
 # ---------------------------------------------------------------------------------------------
 # A small Python assignment: add (2 points, one hidden case) and mul (1 point)
@@ -25,21 +25,6 @@ from autograder.submissions import collect
 
 HIDDEN_LINE = "assert add(-7, 7) == 0"
 VISIBLE_LINE = "assert add(1, 2) == 3"
-
-
-def cell(source: str, kind: str = "code", **nbgrader) -> nbformat.NotebookNode:
-    made = new_code_cell(source) if kind == "code" else new_markdown_cell(source)
-    if nbgrader:
-        made.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "solution": False, "grade": False, **nbgrader}
-    return made
-
-
-def notebook(cells: list) -> nbformat.NotebookNode:
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for index, c in enumerate(nb.cells):
-        c.id = f"cell-{index}"
-    return nb
 
 
 def lesson(add_body: str = "return a + b", mul_body: str = "return a * b") -> nbformat.NotebookNode:

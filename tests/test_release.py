@@ -8,13 +8,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbgrader.preprocessors import ClearHiddenTests
 
 from autograder import REPO_ROOT, SOLUTIONS_DIR
 from autograder.release import (Release, ReleaseError, build_release, find_assignments, stale_notebooks, verify_release,
                                 write_release)
 from autograder.stubs import LanguageAwareClearSolutions, MissingSolutionDelimitersError, cell_language
+from notebook_factory import cell, notebook
 
 PYTHON_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 
@@ -22,21 +22,6 @@ PYTHON_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 # ---------------------------------------------------------------------------------------------
 # A small instructor notebook with one solution cell per language
 # ---------------------------------------------------------------------------------------------
-
-def cell(source: str, kind: str = "code", **nbgrader) -> nbformat.NotebookNode:
-    made = new_code_cell(source) if kind == "code" else new_markdown_cell(source)
-    if nbgrader:
-        made.metadata["nbgrader"] = {"schema_version": 3, "locked": False, "solution": False, "grade": False, **nbgrader}
-    return made
-
-
-def notebook(cells: list) -> nbformat.NotebookNode:
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for index, c in enumerate(nb.cells):
-        c.id = f"cell-{index}"  # fixed ids: the release must be byte-for-byte reproducible
-    return nb
-
 
 SOLUTION_LINES = {  # grade_id -> a line that only the solution has
     "add": "return a + b  # SOLUTION_PY",
