@@ -18,6 +18,7 @@ import torch
 from .budget import attention_budget, plain_attention
 from .errors import CheckFailed, learner_traceback, root_cause
 from .inputs import Case
+from .isolation import note_progress
 from .reference import attention
 
 __all__ = ["Report", "check_attention", "check_values", "ValueHint"]
@@ -148,6 +149,7 @@ def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case]
     cases = list(cases)
     worst_ratio = 0.0
     for case in cases:
+        note_progress(case.describe())
         q, kk, v = case.tensors()
         s = scale if scale is not None else 1.0 / math.sqrt(case.d)
         kwargs = {"scale": s} if pass_scale else {}

@@ -14,6 +14,7 @@ import torch
 from . import roofline, tiers
 from .check import Report, check_attention, check_values
 from .errors import CheckFailed
+from .isolation import run_isolated
 from .inputs import Case, standard_cases
 
 __all__ = ["Exercise", "EXERCISES", "check"]
@@ -24,6 +25,8 @@ class Exercise:
     id: str
     title: str
     run: Callable[..., Report]
+    isolated: bool = False
+    """Run in a child process: for learner kernels, which can crash the process that runs them."""
 
 
 def _ratio_hint(ratio: float, text: str):
@@ -115,7 +118,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("00.flash_intensity", "Arithmetic intensity of a fused attention kernel", _intensity),
     Exercise("01.attention_torch", "Standard attention in PyTorch", _attention_torch),
     Exercise("01.naive_bytes_read", "Bytes read by the naive kernel", _naive_bytes),
-    Exercise("01.naive_triton", "The naive attention kernel in Triton", _naive_triton),
+    Exercise("01.naive_triton", "The naive attention kernel in Triton", _naive_triton, isolated=True),
 ]}
 
 
@@ -129,6 +132,10 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
     if not callable(candidate):
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
-    report = EXERCISES[exercise].run(candidate, **options)
+    chosen = EXERCISES[exercise]
+    if chosen.isolated:
+        report = run_isolated(lambda: chosen.run(candidate, **options), exercise)
+    else:
+        report = chosen.run(candidate, **options)
     print(report)
     return report

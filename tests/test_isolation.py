@@ -1,0 +1,43 @@
+"""Kernel checks run in a child process: a crash costs the check, not the notebook."""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+
+import course
+from course.errors import CheckFailed
+from course.isolation import can_isolate, run_isolated
+
+pytestmark = pytest.mark.skipif(not can_isolate(), reason="fork isolation needs Linux without an initialised CUDA context")
+
+
+def test_results_and_exceptions_come_back():
+    assert run_isolated(lambda: {"answer": 42}, "demo") == {"answer": 42}
+    with pytest.raises(ZeroDivisionError):
+        run_isolated(lambda: 1 / 0, "demo")
+
+
+def test_a_segfault_becomes_a_check_failure_and_the_parent_lives():
+    def crash():
+        ctypes.string_at(0)
+    with pytest.raises(CheckFailed, match=r"demo: your kernel crashed \(signal 11, SIGSEGV\)"):
+        run_isolated(crash, "demo")
+    assert os.getpid() > 0  # still here
+
+
+def test_a_crashing_kernel_names_the_case(naive_module):
+    def crashing_attention(q, k, v, scale=None):
+        if q.shape[0] > 1:
+            ctypes.string_at(0)
+        return naive_module.naive_attention(q, k, v, scale)
+    with pytest.raises(CheckFailed) as info:
+        course.check("01.naive_triton", crashing_attention)
+    message = str(info.value)
+    assert "crashed (signal 11" in message and "Nq=17, Nk=17, D=16" in message
+
+
+def test_a_kernel_check_still_passes_through_the_child(naive_module, capsys):
+    report = course.check("01.naive_triton", naive_module.naive_attention)
+    assert report.cases == 7 and "✓ 01.naive_triton" in capsys.readouterr().out
