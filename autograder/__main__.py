@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import BUILD_DIR, NOTEBOOKS_DIR, SOLUTIONS_DIR
+
+if TYPE_CHECKING:
+    from .sandbox import SandboxSettings
 
 GRADE_EPILOG = """\
 SUBMISSIONS is either
@@ -16,8 +20,21 @@ SUBMISSIONS is either
 Members whose path would leave the zip (../x, /x, symlinks) are rejected with a line each.
 When a student hands in several notebooks, the one named <assignment>.ipynb is graded.
 
-The CSV has one row per student: student_id, assignment, score, max_score, status, then one column
-per graded test cell. status is "graded" or says why the submission could not be graded.
+The CSV has one row per student: student_id, assignment, score, max_score, status, tier (the
+execution tier the notebook was graded on), crashes (how many times its Python process crashed or
+had to be killed), crash_details (where: "kernel crashed (signal 11: segmentation fault) in cell
+test_mul"), seconds (wall time of its grading), then one column per graded test cell. status is
+"graded" (with notes on stopped cells and crashes) or says why the submission could not be graded.
+
+The sandbox: every notebook runs in bubblewrap with no network, a read-only system, a private
+/tmp, and none of the repository but the course package and kernels/ (solution regions removed):
+no solutions/, gradebook, instructor notebooks or other students. Its working folder is a private
+in-memory copy. Limits apply per notebook process: --memory (address space), --cpu-time,
+--processes, --file-size, plus --max-output per cell, enforced by the grader. A cell past
+--timeout is interrupted; one that ignores the interrupt, or whose process crashes, costs only
+that cell: the rest of the notebook runs in a fresh process (what earlier cells defined is gone).
+Sizes take a K, M or G suffix. Grading refuses to run where bubblewrap cannot (not installed, or
+user namespaces disabled) unless you pass --no-sandbox, which runs submissions unconfined.
 Exit status: 0 when the batch ran (even if some submissions failed), 2 when it could not run.
 """
 
@@ -41,14 +58,24 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sandbox_settings(args: argparse.Namespace) -> "SandboxSettings":
+    from .sandbox import SandboxSettings
+    return SandboxSettings(isolate=not args.no_sandbox, memory_bytes=args.memory, cpu_seconds=args.cpu_time,
+                           max_processes=args.processes, max_file_bytes=args.file_size, tmp_bytes=args.tmp_size,
+                           max_output_bytes=args.max_output, bwrap=args.bwrap, prlimit=args.prlimit)
+
+
 def _grade(args: argparse.Namespace) -> int:
-    from .grade import GradingError, grade_submissions
+    from .grade import NO_SANDBOX_WARNING, GradingError, grade_submissions
     from .report import summary_table
     workdir = args.workdir or BUILD_DIR / "grading" / args.assignment
     out = args.out or workdir / "grades.csv"
+    if args.no_sandbox:
+        print(NO_SANDBOX_WARNING, file=sys.stderr)
     try:
         results = grade_submissions(args.submissions, args.assignment, workdir, jobs=args.jobs,
-                                    timeout=args.timeout, solutions=args.solutions, csv_path=out, progress=print)
+                                    timeout=args.timeout, solutions=args.solutions, csv_path=out, progress=print,
+                                    sandbox=_sandbox_settings(args))
     except GradingError as exc:
         print(f"grading could not run: {exc}", file=sys.stderr)
         return 2
@@ -56,6 +83,8 @@ def _grade(args: argparse.Namespace) -> int:
     print(summary_table(results))
     print(f"grades: {out}")
     print(f"feedback and logs: {Path(workdir).resolve() / 'nbgrader'}")
+    if args.no_sandbox:
+        print("WARNING: these submissions were graded WITHOUT the sandbox (--no-sandbox).", file=sys.stderr)
     return 0
 
 
@@ -64,6 +93,54 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+_SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _size(text: str) -> int:
+    """Bytes from ``4G``, ``512M``, ``64K`` or a plain number."""
+    number, suffix = text.strip().upper().rstrip("IB") or "0", ""
+    if number[-1:] in _SIZE_SUFFIXES:
+        number, suffix = number[:-1], number[-1]
+    try:
+        value = int(float(number) * _SIZE_SUFFIXES[suffix])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8G, 512M, 65536)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 byte")
+    return value
+
+
+def _add_sandbox_options(grade: argparse.ArgumentParser) -> None:
+    from .sandbox import SandboxSettings
+    default = SandboxSettings()
+
+    def size(value: int) -> str:
+        return f"{value // 2**30}G" if value % 2**30 == 0 else f"{value // 2**20}M"
+
+    group = grade.add_argument_group("sandbox and limits (per notebook process)")
+    group.add_argument("--no-sandbox", action="store_true",
+                       help="run submissions unconfined and without limits (prints a warning); only for "
+                            "machines where bubblewrap cannot run, and only for code you trust")
+    group.add_argument("--memory", type=_size, default=default.memory_bytes, metavar="SIZE",
+                       help=f"address-space limit; past it allocations fail with MemoryError (default: {size(default.memory_bytes)})")
+    group.add_argument("--cpu-time", type=_positive, default=default.cpu_seconds, metavar="SECONDS",
+                       help="CPU seconds, all threads together; past it the process is killed and the "
+                            "notebook goes on in a fresh one (default: %(default)s)")
+    group.add_argument("--processes", type=_positive, default=default.max_processes, metavar="N",
+                       help="processes and threads (default: %(default)s)")
+    group.add_argument("--file-size", type=_size, default=default.max_file_bytes, metavar="SIZE",
+                       help=f"largest file a notebook may write (default: {size(default.max_file_bytes)})")
+    group.add_argument("--tmp-size", type=_size, default=default.tmp_bytes, metavar="SIZE",
+                       help=f"size of the in-memory /tmp and working folder, each (default: {size(default.tmp_bytes)})")
+    group.add_argument("--max-output", type=_size, default=default.max_output_bytes, metavar="SIZE",
+                       help=f"output kept per cell; the rest is dropped with a note (default: {size(default.max_output_bytes)}; "
+                            "applies with --no-sandbox too)")
+    group.add_argument("--bwrap", default=default.bwrap, metavar="PATH",
+                       help="the bubblewrap program (default: %(default)s, found on PATH)")
+    group.add_argument("--prlimit", default=default.prlimit, metavar="PATH",
+                       help="the prlimit program, from util-linux (default: %(default)s, found on PATH)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="students graded at the same time, each in its own process (default: %(default)s)")
     grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, metavar="DIR",
                        help="instructor notebooks to grade against (default: solutions/)")
+    _add_sandbox_options(grade)
     grade.set_defaults(run=_grade)
     return parser
 

@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import REPO_ROOT
+from .sandbox import SandboxSettings
 
-__all__ = ["COURSE_ID", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
+__all__ = ["COURSE_ID", "KERNELS_VIEW", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
 
 COURSE_ID = "flash-attention"
+
+# The course's kernel files without their solutions, which a sandboxed kernel sees as kernels/.
+KERNELS_VIEW = "kernels-without-solutions"
 
 # Written into every course directory made here, so resetting one never deletes anything else.
 _MARKER = ".autograder-course"
@@ -37,15 +41,17 @@ class CommandResult:
         return self.returncode == 0 and not self.timed_out
 
 
-def config_file_text(root: Path, timeout: int = 120) -> str:
+def config_file_text(root: Path, timeout: int = 120, sandbox: SandboxSettings | None = None) -> str:
     """The ``nbgrader_config.py`` of a course directory: the settings of ``autograder.nbgrader_config``.
 
     Kept as text so that this module does not import nbgrader (seconds of start-up) itself.
     """
+    settings = (sandbox or SandboxSettings()).as_dict()
     return (
         '"""nbgrader settings for this course directory; see autograder/nbgrader_config.py."""\n'
-        "from autograder.nbgrader_config import course_config\n\n"
-        f"c.merge(course_config({str(root)!r}, timeout={int(timeout)}))\n"
+        "from autograder.nbgrader_config import course_config\n"
+        "from autograder.sandbox import SandboxSettings\n\n"
+        f"c.merge(course_config({str(root)!r}, timeout={int(timeout)}, sandbox=SandboxSettings(**{settings!r})))\n"
     )
 
 
@@ -56,7 +62,7 @@ class CourseDir:
         self.root = Path(root).resolve()
 
     @classmethod
-    def create(cls, root: Path, timeout: int = 120) -> "CourseDir":
+    def create(cls, root: Path, timeout: int = 120, sandbox: SandboxSettings | None = None) -> "CourseDir":
         """Make an empty course directory at ``root``, replacing one this module made before."""
         root = Path(root).resolve()
         if root.exists():
@@ -66,7 +72,7 @@ class CourseDir:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         (root / _MARKER).write_text("made by `python -m autograder`; deleted and rebuilt on every run\n")
-        (root / "nbgrader_config.py").write_text(config_file_text(root, timeout))
+        (root / "nbgrader_config.py").write_text(config_file_text(root, timeout, sandbox))
         return cls(root)
 
     def source(self, assignment: str) -> Path:
@@ -78,8 +84,15 @@ class CourseDir:
     def submitted(self, student: str, assignment: str) -> Path:
         return self.root / "submitted" / student / assignment
 
+    def autograded(self, student: str, assignment: str) -> Path:
+        return self.root / "autograded" / student / assignment
+
     def feedback(self, student: str, assignment: str) -> Path:
         return self.root / "feedback" / student / assignment
+
+    @property
+    def kernels_view(self) -> Path:
+        return self.root / KERNELS_VIEW
 
     @property
     def db_url(self) -> str:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader import preprocessors as nbp
 from traitlets.config import Config
 
-from .coursedir import COURSE_ID
+from .coursedir import COURSE_ID, KERNELS_VIEW
+from .execute import METADATA_KEY, SandboxedExecute
 from .feedback import RedactHiddenTracebacks
+from .regrade import ForgetEarlierGrades
+from .sandbox import SANDBOX_TIER, SandboxSettings
 from .stubs import LanguageAwareClearSolutions
 
 __all__ = ["COURSE_ID", "IGNORED_FILES", "HARMLESS_STDERR", "course_config"]
@@ -41,6 +44,25 @@ GENERATE_ASSIGNMENT_PREPROCESSORS = [
     nbp.CheckCellMetadata,
 ]
 
+# nbgrader's own lists, with earlier grades forgotten first and the sandboxed Execute in place of Execute.
+AUTOGRADE_SANITIZE_PREPROCESSORS = [
+    ForgetEarlierGrades,
+    nbp.ClearOutput,
+    nbp.DeduplicateIds,
+    nbp.OverwriteKernelspec,
+    nbp.OverwriteCells,
+    nbp.CheckCellMetadata,
+]
+AUTOGRADE_PREPROCESSORS = [
+    SandboxedExecute,
+    nbp.IgnorePattern,
+    ClearMetadataPreprocessor,
+    nbp.LimitOutput,
+    nbp.SaveAutoGrades,
+    nbp.AssignLatePenalties,
+    nbp.CheckCellMetadata,
+]
+
 # nbgrader's default feedback shows the hidden tests restored at autograde; these remove them.
 FEEDBACK_PREPROCESSORS = [
     nbp.GetGrades,
@@ -50,8 +72,24 @@ FEEDBACK_PREPROCESSORS = [
 ]
 
 
-def course_config(root: Path | str, timeout: int = 120) -> Config:
-    """Settings for a course directory at ``root``; ``timeout`` is the per-cell limit when autograding."""
+def _autograde_config(c: Config, root: Path, sandbox: SandboxSettings) -> None:
+    c.Autograde.sanitize_preprocessors = list(AUTOGRADE_SANITIZE_PREPROCESSORS)
+    c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
+    c.SandboxedKernelManager.sandbox = sandbox.as_dict()
+    c.SandboxedKernelManager.kernels_view = str(root / KERNELS_VIEW)
+    c.SandboxedExecute.max_output_bytes = sandbox.max_output_bytes
+    c.SandboxedExecute.kernel_log_dir = str(root / "logs")
+    c.SandboxedExecute.fallback_tier = SANDBOX_TIER if sandbox.isolate else "unknown"
+    # Should nbconvert's metadata clearing be switched on, what the run recorded (crashes, tier) survives it.
+    c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), METADATA_KEY}
+
+
+def course_config(root: Path | str, timeout: int = 120, sandbox: SandboxSettings | None = None) -> Config:
+    """Settings for a course directory at ``root``.
+
+    ``timeout`` is the per-cell limit when autograding; ``sandbox`` says how a submission's kernel
+    is confined (default: :class:`~autograder.sandbox.SandboxSettings`).
+    """
     c = Config()
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = COURSE_ID
@@ -63,4 +101,5 @@ def course_config(root: Path | str, timeout: int = 120) -> Config:
     c.IgnorePattern.pattern = HARMLESS_STDERR
     c.IgnorePattern.enabled = True  # unlike other nbgrader preprocessors, it is off by default
     c.GenerateFeedback.preprocessors = list(FEEDBACK_PREPROCESSORS)
+    _autograde_config(c, Path(root), sandbox or SandboxSettings())
     return c

@@ -11,7 +11,9 @@ Accepted layouts (``<assignment>`` is e.g. ``01_naive_attention``):
 
 Student ids are reduced to letters, digits and ``_ . @ -``. A zip member whose path would leave the
 archive (``../x``, ``/etc/x``, a symlink) is rejected with a line of its own; the rest still counts.
-When a student handed in several notebooks, the one named ``<assignment>.ipynb`` is graded.
+When a student handed in several notebooks, the one named ``<assignment>.ipynb`` is graded; when
+none or several have that name (an LMS keeps every resubmission), the newest is graded and the
+report says which ones were set aside.
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ class Submission:
     notebook: Path | None = None
     problem: str | None = None
     submitted_at: datetime | None = None
+    note: str | None = None
+    """Something the TA should know about a gradable submission (e.g. which extra notebooks were set aside)."""
 
 
 def student_id_from(name: str) -> str:
@@ -158,13 +162,17 @@ def _choose(student_id: str, files: list[Path], notebook_name: str) -> Submissio
     notebooks = [f for f in files if f.suffix.lower() == ".ipynb"]
     if not notebooks:
         return Submission(student_id, problem=f"not a notebook: {_names(files)} (a .ipynb file is needed)")
+    note = None
     if len(notebooks) > 1:
         named = [f for f in notebooks if f.name == notebook_name]
+        candidates = named if named else notebooks
+        # Resubmissions: the newest counts, and the report names what was set aside.
+        chosen = max(candidates, key=lambda f: (_mtime(f), f.name))
         if len(named) != 1:
-            return Submission(student_id, problem=f"several notebooks ({_names(notebooks)}) and none is "
-                                                  f"clearly {notebook_name}; hand in one notebook")
-        notebooks = named
-    return Submission(student_id, notebook=notebooks[0], submitted_at=_mtime(notebooks[0]))
+            others = [f for f in notebooks if f != chosen]
+            note = f"{len(notebooks)} notebooks handed in; graded the newest, {chosen.name}, set aside {_names(others)}"
+        notebooks = [chosen]
+    return Submission(student_id, notebook=notebooks[0], submitted_at=_mtime(notebooks[0]), note=note)
 
 
 def exercise_ids(notebook: dict) -> set[str]:

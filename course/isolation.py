@@ -54,6 +54,11 @@ def _child(func: Callable[[], Any], result_fd: int, progress_fd: int) -> None:
     # The parent reports a crash in a sentence; a C-level stack dump on stderr would only add noise
     # (and, under nbgrader, stderr in a test cell zeroes it regardless).
     faulthandler.disable()
+    # OpenMP's thread pool does not survive fork: if the parent already ran a parallel PyTorch op,
+    # the child's first parallel op waits forever on the parent's threads. One thread avoids the pool.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
     try:
         outcome: tuple[str, Any] = ("ok", func())
     except BaseException as exc:  # handed to the parent, which re-raises it

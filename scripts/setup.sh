@@ -38,16 +38,22 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
-if [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1; then
-    # The browser test drives Debian's Chromium through Playwright; Playwright's own browser
-    # download is not used.
+# System packages, only those missing: bubblewrap (the grading sandbox, `python -m autograder grade`)
+# and, for --test, Debian's Chromium (the browser test drives it through Playwright; Playwright's
+# own browser download is not used).
+packages=""
+command -v bwrap >/dev/null 2>&1 || packages="bubblewrap"
+[ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1 && packages="$packages chromium"
+packages=${packages# }
+if [ -n "$packages" ]; then
     if command -v apt-get >/dev/null 2>&1; then
-        echo "setup: installing Chromium (Debian package) for the browser test"
+        echo "setup: installing $packages (Debian packages)"
         SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
         $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $packages >/dev/null
     else
-        echo "setup: no apt-get here; install Chromium yourself or the browser test will be skipped." >&2
+        echo "setup: no apt-get here; install $packages yourself (without bubblewrap, grading needs" \
+             "--no-sandbox; without chromium, the browser test is skipped)." >&2
     fi
 fi
 echo "setup: ready ($($PY -c 'import torch, sys; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")'))"

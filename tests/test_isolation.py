@@ -41,3 +41,21 @@ def test_a_crashing_kernel_names_the_case(naive_module):
 def test_a_kernel_check_still_passes_through_the_child(naive_module, capsys):
     report = course.check("01.naive_triton", naive_module.naive_attention)
     assert report.cases == 7 and "✓ 01.naive_triton" in capsys.readouterr().out
+
+
+def test_the_child_works_after_the_parent_used_torch_threads():
+    import signal
+
+    import torch
+    x = torch.randn(600, 600, dtype=torch.float64)
+    expected = float((x @ x).sum())  # runs on PyTorch's thread pool in this process
+
+    def hung(*_):
+        raise TimeoutError("the forked child hung (OpenMP's pool after fork)")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)  # a deadlocked child must fail this test, not stall the suite
+    try:
+        assert run_isolated(lambda: float((x @ x).sum()), "demo") == pytest.approx(expected)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
