@@ -261,9 +261,12 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
         if not run.ok:
             say(f"feedback: {error_summary(run.log)} (see {feedback_log})")
 
+    notes = {s.student_id: s.note for s in found if s.note}
     results = []
     for student in (s.student_id for s in found):
         run = runs[student]
+        if student in notes and student in graded:
+            run.status += f"; {notes[student]}"
         result = StudentResult(student, 0.0, sum(t.points for t in tests), run.status, tier=run.tier,
                                crashes=run.crashes, wall_seconds=run.wall_seconds if student in gradable else None)
         if student in graded:

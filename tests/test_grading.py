@@ -231,6 +231,10 @@ def test_zip_batch_through_the_command_line(fixture_solutions: Path, tmp_path: P
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("alice_1001_2002_lesson.ipynb", nbformat.writes(lesson()))
         zf.writestr("../../evil.ipynb", nbformat.writes(lesson()))
+        # bob resubmitted: the LMS keeps both; the newer, fixed one is graded and the report says so.
+        zf.writestr(zipfile.ZipInfo("bob_1_2_lesson.ipynb", date_time=(2026, 3, 1, 9, 0, 0)),
+                    nbformat.writes(lesson(mul_body="return a + b")))
+        zf.writestr(zipfile.ZipInfo("bob_1_3_lesson.ipynb", date_time=(2026, 3, 2, 9, 0, 0)), nbformat.writes(lesson()))
     out = tmp_path / "marks.csv"
     result = run_cli("grade", str(archive), "--assignment", "lesson", "--solutions", str(fixture_solutions),
                      "--workdir", str(tmp_path / "work"), "--out", str(out), "--timeout", "30")
@@ -240,10 +244,13 @@ def test_zip_batch_through_the_command_line(fixture_solutions: Path, tmp_path: P
     assert not (tmp_path.parent / "evil.ipynb").exists() and not (tmp_path / "evil.ipynb").exists()
     with open(out, newline="") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle)}
-    assert sorted(rows) == ["../../evil.ipynb", "alice"]
+    assert sorted(rows) == ["../../evil.ipynb", "alice", "bob"]
     assert (rows["alice"]["score"], rows["alice"]["status"]) == ("3", "graded")
+    assert rows["bob"]["score"] == "3"
+    assert rows["bob"]["status"] == ("graded; 2 notebooks handed in; graded the newest, bob_1_3_lesson.ipynb, "
+                                     "set aside bob_1_2_lesson.ipynb")
     assert rows["../../evil.ipynb"]["status"] == "rejected zip member '../../evil.ipynb': its path leaves the archive"
-    assert "1 of 2 submissions graded" in result.stdout
+    assert "2 of 3 submissions graded" in result.stdout
 
 
 # ---------------------------------------------------------------------------------------------
