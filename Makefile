@@ -6,10 +6,13 @@ ASSIGNMENT ?= 01_naive_attention
 # `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
 TIER ?= cpu
 
-.PHONY: setup setup-test lab test test-fast release check-release grade doctor clean
+.PHONY: setup setup-grade setup-test lab test test-fast release check-release grade doctor clean
 
 setup:
 	@scripts/setup.sh
+
+setup-grade:
+	@scripts/setup.sh --grade
 
 setup-test:
 	@scripts/setup.sh --test
@@ -33,7 +36,7 @@ release: setup
 check-release: setup
 	$(PY) -m autograder release --check
 
-grade: setup
+grade: setup-grade
 	$(PY) -m autograder grade $(SUBMISSIONS) --assignment $(ASSIGNMENT)
 
 doctor: setup

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Sets up everything the course needs in ./.venv, idempotently.
 #   scripts/setup.sh            the course (JupyterLab, nbgrader, Triton, PyTorch)
-#   scripts/setup.sh --test     the same plus the test tools and Debian's Chromium for the browser test
+#   scripts/setup.sh --grade    the same plus bubblewrap, the sandbox submissions are graded in
+#   scripts/setup.sh --test     all of that plus the test tools and Debian's Chromium for the browser test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
-[ "${1:-}" = "--test" ] && want_test=1
+want_grade=0
+case "${1:-}" in
+    --test) want_test=1 ;;
+    --grade) want_grade=1 ;;
+    "") ;;
+    *) echo "setup: unknown option ${1}; use --grade or --test" >&2; exit 2 ;;
+esac
 
 PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
@@ -38,11 +45,14 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
-# System packages, only those missing: bubblewrap (the grading sandbox, `python -m autograder grade`)
-# and, for --test, Debian's Chromium (the browser test drives it through Playwright; Playwright's
-# own browser download is not used).
+# System packages, only those missing and only for who needs them (a learner running `make lab`
+# needs none): bubblewrap for grading (the sandbox of `python -m autograder grade`), and for --test
+# also Debian's Chromium (the browser test drives it through Playwright; Playwright's own browser
+# download is not used).
 packages=""
-command -v bwrap >/dev/null 2>&1 || packages="bubblewrap"
+if [ $want_test = 1 ] || [ $want_grade = 1 ]; then
+    command -v bwrap >/dev/null 2>&1 || packages="bubblewrap"
+fi
 [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1 && packages="$packages chromium"
 packages=${packages# }
 if [ -n "$packages" ]; then
