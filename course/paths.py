@@ -6,4 +6,3 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "kernels"
 SOLUTIONS = REPO / "solutions"
-NOTEBOOKS = REPO / "notebooks"
