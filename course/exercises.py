@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from . import roofline, tiers
-from .check import Report, check_attention, check_values
+from .check import Report, check_attention, check_backward, check_merge_states, check_softmax, check_values
 from .errors import CheckFailed
 from .isolation import run_isolated
 from .inputs import Case, standard_cases
@@ -113,12 +113,117 @@ def _naive_triton(fn, cases: Iterable[Case] | None = None) -> Report:
     return report
 
 
+# -- lessons 02-08: the Triton track ------------------------------------------------------------
+# Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
+# races between programs (the interpreter runs programs one by one, so a race would go unseen).
+# Case sizes stay small because the interpreter executes each program in Python.
+
+F16 = torch.float16
+
+
+def _kernel_options() -> dict:
+    return dict(device=tiers.device(), tier=tiers.active_tier(), race=tiers.triton_interpreted())
+
+
+def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = cases or [Case(1, 1, 16), Case(17, 300, 16, kind="peaky", seed=1), Case(5, 129, 32, seed=2),
+                      Case(9, 33, 16, dtype=F16, seed=3), Case(4, 70, 16, kind="constant_rows", seed=4)]
+    return check_softmax("02.online_softmax", fn, cases, **_kernel_options())
+
+
+def _merge_states(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = cases or [Case(7, 40, 16), Case(5, 129, 16, kind="peaky", seed=1)]
+    return check_merge_states("02.merge_states", fn, cases, **_kernel_options())
+
+
+def _forward_cases(dtype_mix: tuple[torch.dtype, torch.dtype] = (torch.float32, F16)) -> list[Case]:
+    main, other = dtype_mix
+    return [Case(1, 1, 16, dtype=main), Case(17, 17, 32, kind="peaky", dtype=main, seed=1),
+            Case(129, 129, 64, dtype=main, seed=2), Case(17, 129, 16, dtype=main, seed=3),
+            Case(129, 17, 128, dtype=main, seed=4), Case(70, 70, 16, kind="constant_rows", dtype=main, seed=5),
+            Case(33, 65, 64, kind="peaky", dtype=other, seed=6)]
+
+
+def _tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.float32, F16)) -> Report:
+    cases = list(cases) if cases is not None else _forward_cases(dtype_mix)
+    report = check_attention(exercise, fn, cases, with_lse=True, **_kernel_options())
+    check_attention(exercise, fn, [Case(9, 40, 32, seed=9)], scale=0.3, pass_scale=True, with_lse=True, **_kernel_options())
+    return report
+
+
+def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = cases or [Case(1, 1, 16, causal=True), Case(17, 17, 32, kind="peaky", causal=True, seed=1),
+                      Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
+                      Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
+                      Case(65, 33, 16, causal=False, seed=6)]
+    report = check_attention("06.causal", fn, cases, with_lse=True, pass_causal=True, **_kernel_options())
+    check_attention("06.causal", fn, [Case(9, 40, 32, causal=True, seed=9)], scale=0.3, pass_scale=True,
+                    pass_causal=True, with_lse=True, **_kernel_options())
+    return report
+
+
+def _backward_cases() -> list[Case]:
+    return [Case(1, 1, 16), Case(17, 17, 32, causal=True, seed=1), Case(65, 65, 16, kind="peaky", seed=2),
+            Case(17, 65, 64, causal=True, seed=3), Case(65, 17, 16, causal=True, seed=4),
+            Case(33, 40, 32, seed=5), Case(40, 40, 16, dtype=F16, causal=True, seed=6)]
+
+
+def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bool = False) -> Report:
+    cases = list(cases) if cases is not None else _backward_cases()
+    report = check_backward(exercise, fn, cases, **_kernel_options())
+    if deterministic:
+        # Same inputs, same bits: a dQ built without atomics has one summation order.
+        case = cases[-1]
+        q, k, v = case.tensors()
+        from .reference import attention
+        fwd = attention(q, k, v, case.causal)
+        do = torch.randn_like(q)
+        args = [t.to(tiers.device()) for t in (q, k, v, fwd.o.to(case.dtype), fwd.lse.float(), do)]
+        first, second = fn(*args, causal=case.causal), fn(*args, causal=case.causal)
+        for name, a, b in zip(("dq", "dk", "dv"), first, second):
+            if not torch.equal(a, b):
+                raise CheckFailed(f"{exercise}: two runs on the same inputs gave different {name} bits on "
+                                  f"{case.describe()}; the atomic-free backward must be deterministic.")
+    return report
+
+
+def _flash_attention(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = list(cases) if cases is not None else [
+        Case(17, 17, 32, batch=(2, 3), causal=True, seed=1), Case(65, 33, 16, batch=(1, 2), seed=2),
+        Case(33, 65, 64, batch=(2, 1), kind="peaky", causal=True, seed=3),
+        Case(40, 40, 16, batch=(1, 2), dtype=F16, causal=True, seed=4)]
+
+    def gradients(q, k, v, o, lse, do, causal=False, scale=None):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        fn(*leaves, causal=causal, scale=scale).backward(do)
+        return tuple(t.grad for t in leaves)
+
+    options = _kernel_options()
+    report = check_attention("08.flash_attention", fn, cases, pass_causal=True, pass_scale=True, **options)
+    check_backward("08.flash_attention", gradients, cases, **options)
+    return report
+
+
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("00.attention_flops", "FLOPs of the attention forward pass", _attention_flops),
     Exercise("00.flash_intensity", "Arithmetic intensity of a fused attention kernel", _intensity),
     Exercise("01.attention_torch", "Standard attention in PyTorch", _attention_torch),
     Exercise("01.naive_bytes_read", "Bytes read by the naive kernel", _naive_bytes),
     Exercise("01.naive_triton", "The naive attention kernel in Triton", _naive_triton, isolated=True),
+    Exercise("02.online_softmax", "A row softmax with the online normalizer", _online_softmax, isolated=True),
+    Exercise("02.merge_states", "Merging two partial softmax states", _merge_states, isolated=True),
+    Exercise("03.tiled_forward", "The tiled FlashAttention-2 forward pass",
+             lambda fn, cases=None: _tiled("03.tiled_forward", fn, cases), isolated=True),
+    Exercise("04.pipelined", "The forward pass with block pointers and pipelining",
+             lambda fn, cases=None: _tiled("04.pipelined", fn, cases), isolated=True),
+    Exercise("05.tensor_cores", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
+             lambda fn, cases=None: _tiled("05.tensor_cores", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
+    Exercise("06.causal", "Causal masking with the stage split", _causal, isolated=True),
+    Exercise("07.backward_atomic", "The backward pass, dQ accumulated with atomics",
+             lambda fn, cases=None: _backward("07.backward_atomic", fn, cases), isolated=True),
+    Exercise("07.backward_separate", "The backward pass, dQ in its own atomic-free kernel",
+             lambda fn, cases=None: _backward("07.backward_separate", fn, cases, deterministic=True), isolated=True),
+    Exercise("08.flash_attention", "FlashAttention as a torch.autograd.Function", _flash_attention, isolated=True),
 ]}
 
 
