@@ -228,10 +228,30 @@ def _random_like(case: Case, shape: tuple[int, ...], salt: int) -> torch.Tensor:
 
 
 def _plain_grads(q, k, v, do, causal: bool, scale: float) -> tuple[torch.Tensor, ...]:
-    """Gradients by autograd through textbook attention at the inputs' precision (the yardstick)."""
+    """Gradients by autograd through textbook attention at the inputs' precision (one yardstick)."""
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     plain_attention(*leaves, causal, scale=scale).backward(do)
     return tuple(t.grad.nan_to_num(0.0) for t in leaves)
+
+
+def _plain_rebuild_grads(q, k, v, o, lse, do, causal: bool, scale: float) -> tuple[torch.Tensor, ...]:
+    """The backward FlashAttention does, written plainly at the inputs' precision (the other yardstick).
+
+    P is rebuilt from the saved float32 LSE rather than normalised row by row, so it carries the
+    LSE's rounding: on peaky rows (LSE in the hundreds) that alone is a relative error of ~1e-5 in
+    P, which autograd's softmax does not have and no kernel given this LSE can avoid.
+    """
+    dt = q.dtype
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~causal_mask(s.shape[-2], s.shape[-1], s.device), float("-inf"))
+    finite_lse = torch.where(torch.isinf(lse), torch.full_like(lse, float("inf")), lse)
+    p = torch.exp(s - finite_lse[..., None]).to(dt)
+    dv = p.transpose(-1, -2) @ do
+    dp = (do @ v.transpose(-1, -2)).float()
+    delta = (do.float() * o.float()).sum(dim=-1, keepdim=True)
+    ds = (p.float() * (dp - delta)).to(dt)
+    return (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, dv
 
 
 _GRAD_HINTS = {
@@ -246,7 +266,9 @@ def check_backward(exercise: str, fn: Callable[..., Any], cases: Iterable[Case],
     """Call ``fn(q, k, v, o, lse, do, causal=..., scale=...)`` → (dq, dk, dv); compare with the float64 oracle.
 
     O and LSE come from the oracle (O rounded to the inputs' dtype, LSE in float32), so only the
-    backward pass is under test.
+    backward pass is under test. The budget is k × the error of the sloppier of two plain PyTorch
+    backwards at the inputs' precision: autograd through textbook attention, and the rebuild of P
+    from the given LSE that FlashAttention itself does.
     """
     cases = list(cases)
     worst_ratio = 0.0
@@ -262,10 +284,13 @@ def check_backward(exercise: str, fn: Callable[..., Any], cases: Iterable[Case],
             raise CheckFailed(f"{exercise}: on {case.describe()} your function returned {type(result).__name__}; "
                               "expected three gradients (dq, dk, dv).")
         oracle = attention_backward(q, kk, v, do, case.causal, scale=s)
-        plain = _plain_grads(q, kk, v, do, case.causal, s)
+        autograd = _plain_grads(q, kk, v, do, case.causal, s)
+        rebuilt = _plain_rebuild_grads(*(t.cpu() for t in args), case.causal, s)
         failures = []
-        for name, got, want, yardstick in zip(("dq", "dk", "dv"), result, oracle, plain):
-            budget = attention_budget(want, yardstick, case.dtype, k=k)
+        for name, got, want, plain_a, plain_b in zip(("dq", "dk", "dv"), result, oracle, autograd, rebuilt):
+            # The budget follows the sloppier of the two textbook ways to get this gradient.
+            budget = max(attention_budget(want, plain_a, case.dtype, k=k), attention_budget(want, plain_b, case.dtype, k=k),
+                         key=lambda b: b.allowed)
             lines, _ = _compare(f"{exercise}: wrong {name} on {case.describe()}", name, got, want, budget, case.dtype)
             if lines:
                 failures.append((name, lines))
@@ -298,7 +323,7 @@ def check_softmax(exercise: str, fn: Callable[..., Any], cases: Iterable[Case], 
     cases = list(cases)
     worst_ratio = 0.0
     for case in cases:
-        text = f"a score matrix of {case.n_q} rows × {case.n_k} columns ({case.kind}, {str(case.dtype).replace('torch.', '')})"
+        text = f"a {case.n_q} × {case.n_k} score matrix ({case.kind}, {str(case.dtype).replace('torch.', '')})"
         note_progress(text)
         x64 = _scores(case)
         x = x64.to(case.dtype)

@@ -214,7 +214,7 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("02.merge_states", "Merging two partial softmax states", _merge_states, isolated=True),
     Exercise("03.tiled_forward", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_forward", fn, cases), isolated=True),
-    Exercise("04.pipelined", "The forward pass with block pointers and pipelining",
+    Exercise("04.pipelined", "The forward pass with tensor descriptors and pipelining",
              lambda fn, cases=None: _tiled("04.pipelined", fn, cases), isolated=True),
     Exercise("05.tensor_cores", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
              lambda fn, cases=None: _tiled("05.tensor_cores", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),

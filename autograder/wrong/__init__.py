@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["WrongSolution", "corpus", "make_submission", "exercise_of"]
+__all__ = ["WrongSolution", "apply_edits", "corpus", "make_submission", "exercise_of"]
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,19 @@ class WrongSolution:
     def apply(self, solution: str) -> str:
         if self.source is not None:
             return self.source.strip("\n")
-        text = solution
-        for old, new in self.edits:
-            if old not in text:
-                raise ValueError(f"{self.student_id}: {old!r} is not in the solution of {self.cell}; update the corpus")
-            text = text.replace(old, new)
-        if text == solution:
-            raise ValueError(f"{self.student_id}: the edits change nothing")
-        return text
+        return apply_edits(solution, self.edits, f"{self.student_id} (solution of {self.cell})")
+
+
+def apply_edits(text: str, edits: tuple[tuple[str, str], ...], label: str) -> str:
+    """``text`` with each (old, new) replacement made; an edit that no longer matches is an error."""
+    result = text
+    for old, new in edits:
+        if old not in result:
+            raise ValueError(f"{label}: {old!r} is not in the text any more; update the corpus")
+        result = result.replace(old, new)
+    if result == text:
+        raise ValueError(f"{label}: the edits change nothing")
+    return result
 
 
 def exercise_of(test_cell: str) -> str:

@@ -1,0 +1,114 @@
+# Lesson 08 · the capstone: FlashAttention as a PyTorch operator.
+#
+# Lessons 03-07 built the pieces; this file adds no new kernel. It wraps lesson 06's forward
+# (tiles, tensor cores, causal stage split) and lesson 07's backward (recompute P from the saved
+# LSE) in a torch.autograd.Function, so that
+#
+#     o = flash_attention(q, k, v, causal=True)
+#     o.sum().backward()
+#
+# works on (B, H, N, D) tensors like torch.nn.functional.scaled_dot_product_attention does.
+# What the forward saves for the backward is the whole memory story of FlashAttention: Q, K, V, O
+# and one float per query row (the LSE), never the N×N matrix P. The backward rebuilds each block
+# of P from Q, K and the LSE when it needs it: more FLOPs, far fewer bytes.
+#
+# Grouped-query attention (GQA) is supported: K and V may have fewer heads than Q (H_kv divides H);
+# query head h reads key/value head h // (H / H_kv). Lesson 06's forward maps heads itself, so K and V
+# are read in place. Lesson 07's backward knows one K/V head per query head, so for it the K/V heads
+# are expanded and the gradients of each group summed afterwards: correct, but it costs memory that
+# a backward with the head mapping built in would not.
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course.kernels import load_triton_module
+
+_forward = load_triton_module("triton/06_causal")
+_backward = load_triton_module("triton/07_backward")
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> None:
+    """Clear errors for the mistakes people make when calling an attention operator."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"flash_attention: {name} must be (batch, heads, seq_len, head_dim); got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"flash_attention: q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"flash_attention: dtype {q.dtype} is not supported; use float16, bfloat16 or float32")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"flash_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+    if q.device.type == "cpu" and not _interpreted():
+        raise ValueError("flash_attention: the tensors are on the CPU, but Triton compiles for a GPU here; "
+                         "move them to the GPU (q.cuda()) or run with TRITON_INTERPRET=1")
+    if k.shape != v.shape:
+        raise ValueError(f"flash_attention: k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    (b, h, n_q, d), (bk, h_kv, n_k, dk) = q.shape, k.shape
+    if b != bk:
+        raise ValueError(f"flash_attention: batch sizes differ (q has {b}, k and v have {bk})")
+    if d != dk:
+        raise ValueError(f"flash_attention: q and k must share the head dim; got {d} and {dk}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"flash_attention: head dim {d} is not supported (1 to {MAX_HEAD_DIM})")
+    if h_kv == 0 or h % h_kv:
+        raise ValueError(f"flash_attention: q has {h} heads and k, v have {h_kv}; the K/V head count must divide "
+                         "the query head count (grouped-query attention)")
+    if n_q == 0 or n_k == 0:
+        raise ValueError(f"flash_attention: empty sequence (q has {n_q} positions, k and v have {n_k})")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"flash_attention: scale must be a positive finite number; got {scale}")
+
+
+def _interpreted() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _expand_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    group = heads // t.shape[1]
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def _sum_groups(grad: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    b, h, n, d = grad.shape
+    return grad if h == kv_heads else grad.view(b, kv_heads, h // kv_heads, n, d).sum(dim=2)
+
+
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        # On a GPU the atomic dQ is the faster backward; the separate dQ kernel gives the same bits every run.
+        ctx.dq_mode = "separate" if deterministic else "atomic"
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        heads, kv_heads = q.shape[1], k.shape[1]
+        dq, dk, dv = _backward.attention_backward_bhnd(q, _expand_heads(k, heads), _expand_heads(v, heads), o, lse,
+                                                       do.contiguous(), causal=ctx.causal, scale=ctx.scale,
+                                                       dq_mode=ctx.dq_mode)
+        return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads), None, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    scale: float | None = None, deterministic: bool = False) -> torch.Tensor:
+    """softmax(scale · Q Kᵀ [+ causal mask]) V for (B, H, N, D) tensors, differentiable.
+
+    ``causal`` masks bottom-right aligned (query i sees key j ≤ i + Nk − Nq); ``scale`` defaults to
+    1/sqrt(D); ``deterministic`` picks the atomic-free backward. K and V may have fewer heads than Q.
+    """
+    _check_inputs(q, k, v, scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return FlashAttention.apply(q, k, v, bool(causal), scale, bool(deterministic))
