@@ -6,7 +6,7 @@ ASSIGNMENT ?= 01_naive_attention
 # `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
 TIER ?= cpu
 
-.PHONY: setup setup-grade setup-test lab test test-fast release check-release grade doctor clean
+.PHONY: setup setup-grade setup-test lab test test-fast release check-release grade doctor bench clean
 
 setup:
 	@scripts/setup.sh
@@ -41,6 +41,10 @@ grade: setup-grade
 
 doctor: setup
 	$(PY) -m course doctor
+
+# Triton track vs PyTorch SDPA on an NVIDIA GPU (writes docs/benchmarks.md); on a CPU, a correctness smoke.
+bench: setup
+	$(PY) -m course.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf build test-output .pytest_cache
