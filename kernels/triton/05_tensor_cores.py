@@ -44,14 +44,18 @@ def _configs() -> list[triton.Config]:
         # Bigger blocks = fewer Python-level iterations in the interpreter.
         return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 32})]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in [(128, 64, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (128, 128, 8, 2)]]
+            for bm, bn, w, s in [(128, 64, 8, 3), (128, 64, 4, 2), (64, 64, 4, 3), (128, 128, 8, 2), (64, 32, 4, 1)]]
 
 
 def _prune(configs, named_args, **kwargs):
-    """Wide heads (D > 128) with big tiles run out of shared memory/registers: keep the small ones."""
+    """Wide heads (D > 128) with big tiles run out of shared memory/registers: keep the small ones.
+
+    fp32 tiles take twice the bytes: at D = 256 only the 64×32 single-stage tile fits in shared memory.
+    """
     if kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 0)) > 128:
-        small = [c for c in configs if c.kwargs["BLOCK_N"] <= 64 and c.num_stages <= 2]
-        return small or configs[:1]
+        fp32 = named_args["q_ptr"].element_size() > 2
+        small = [c for c in configs if c.kwargs["BLOCK_N"] <= (32 if fp32 else 64) and c.num_stages <= (1 if fp32 else 2)]
+        return small or configs[-1:]
     return configs
 
 

@@ -52,7 +52,7 @@ def _configs() -> list[triton.Config]:
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
             for bm, bn in [(128, 64), (128, 128), (64, 64)]
             for w in (4, 8)
-            for s in (2, 3, 4)]
+            for s in (2, 3, 4)] + [triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -62,6 +62,9 @@ def _prune(configs, named_args, **kwargs):
     keep = [c for c in configs
             if not (wide and (c.kwargs["BLOCK_N"] > 64 or c.num_stages > 2))
             and not (named_args["n_q"] <= 64 and c.kwargs["BLOCK_M"] > 64)]  # short queries (decoding)
+    if block_d > 128 and named_args["q_ptr"].element_size() > 2:
+        # 256-wide fp32 tiles: only the 64×32 single-stage config fits in an A100's shared memory.
+        keep = [c for c in keep if c.kwargs["BLOCK_N"] <= 32]
     return keep or configs[-1:]
 
 
