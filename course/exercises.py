@@ -131,9 +131,29 @@ def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
     return check_softmax("02.online_softmax", fn, cases, **_kernel_options())
 
 
-def _merge_states(fn, cases: Iterable[Case] | None = None) -> Report:
+def _softmax_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(rows=1, cols=1, bytes_per_element=4, online=False),
+                         dict(rows=4096, cols=4096, bytes_per_element=2, online=True),
+                         dict(rows=17, cols=300, bytes_per_element=4, online=False),
+                         dict(rows=1024, cols=129, bytes_per_element=2, online=True)]
+
+    def size(a: dict) -> int:
+        return a["rows"] * a["cols"] * a["bytes_per_element"]
+    return check_values("02.softmax_bytes", fn, roofline.softmax_bytes, args, hints=[
+        lambda got, want, a: ("elements, not bytes: multiply by bytes_per_element."
+                              if a["bytes_per_element"] > 1 and got * a["bytes_per_element"] == want else None),
+        lambda got, want, a: "count the one write of the result too." if got == want - size(a) else None,
+        lambda got, want, a: ("the online softmax reads the matrix twice: m and l come from one sweep, then one sweep normalises."
+                              if a["online"] and got == want + size(a) else None),
+        lambda got, want, a: ("the safe softmax reads the matrix three times: for the max, for the sum, and to normalise."
+                              if not a["online"] and got == want - size(a) else None),
+    ])
+
+
+def _merge_states(fn, cases: Iterable[Case] | None = None, exercise: str = "02.merge_states") -> Report:
     cases = cases or [Case(7, 40, 16), Case(5, 129, 16, kind="peaky", seed=1)]
-    return check_merge_states("02.merge_states", fn, cases, **_kernel_options())
+    options = _kernel_options() if exercise == "02.merge_states" else {}  # the PyTorch version runs in-process
+    return check_merge_states(exercise, fn, cases, **options)
 
 
 def _forward_cases(dtype_mix: tuple[torch.dtype, torch.dtype] = (torch.float32, F16)) -> list[Case]:
@@ -210,8 +230,11 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("01.attention_torch", "Standard attention in PyTorch", _attention_torch),
     Exercise("01.naive_bytes_read", "Bytes read by the naive kernel", _naive_bytes),
     Exercise("01.naive_triton", "The naive attention kernel in Triton", _naive_triton, isolated=True),
+    Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
     Exercise("02.online_softmax", "A row softmax with the online normalizer", _online_softmax, isolated=True),
-    Exercise("02.merge_states", "Merging two partial softmax states", _merge_states, isolated=True),
+    Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",
+             lambda fn, cases=None: _merge_states(fn, cases, "02.merge_torch")),
+    Exercise("02.merge_states", "Merging two partial softmax states in a Triton kernel", _merge_states, isolated=True),
     Exercise("03.tiled_forward", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_forward", fn, cases), isolated=True),
     Exercise("04.pipelined", "The forward pass with tensor descriptors and pipelining",

@@ -16,6 +16,7 @@ import torch
 __all__ = [
     "attention_flops", "visible_pairs", "standard_attention_bytes", "flash_attention_bytes", "naive_kernel_bytes_read",
     "score_matrix_bytes", "arithmetic_intensity", "element_size", "Device", "DEVICES", "attainable_flops",
+    "softmax_bytes",
 ]
 
 
@@ -61,6 +62,12 @@ def flash_attention_bytes(n_q: int, n_k: int, d: int, bytes_per_element: int) ->
     (A real tiled kernel re-reads K and V once per query block; lesson 03 measures that.)
     """
     return bytes_per_element * (2 * n_q * d + 2 * n_k * d)
+
+
+def softmax_bytes(rows: int, cols: int, bytes_per_element: int, online: bool) -> int:
+    """Bytes a row softmax moves: each pass reads the matrix (three passes safe, two online), one write."""
+    passes = 2 if online else 3
+    return (passes + 1) * rows * cols * bytes_per_element
 
 
 def naive_kernel_bytes_read(n_q: int, n_k: int, d: int, bytes_per_element: int) -> int:

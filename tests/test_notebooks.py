@@ -10,7 +10,7 @@ from nbclient import NotebookClient
 
 from course.sync import sync_all
 
-LESSONS = ["00_orientation", "01_naive_attention"]
+LESSONS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
 
 
 def _solution(repo: Path, lesson: str) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 from autograder.wrong import corpus, exercise_of, make_submission
 
-ASSIGNMENTS = ["00_orientation", "01_naive_attention"]
+ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
 
 
 def test_corpus_covers_every_exercise_with_three_mistakes(repo):

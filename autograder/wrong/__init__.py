@@ -57,8 +57,8 @@ def exercise_of(test_cell: str) -> str:
 
 
 def corpus(assignment: str | None = None) -> list[WrongSolution]:
-    from . import lesson00, lesson01
-    entries = lesson00.WRONG + lesson01.WRONG
+    from . import lesson00, lesson01, lesson02
+    entries = lesson00.WRONG + lesson01.WRONG + lesson02.WRONG
     return [e for e in entries if assignment in (None, e.assignment)]
 
 
