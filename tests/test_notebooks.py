@@ -17,7 +17,9 @@ def _solution(repo: Path, lesson: str) -> Path:
     return repo / "solutions" / lesson / f"{lesson}.ipynb"
 
 
-def _run(path: Path, timeout: int = 300) -> nbformat.NotebookNode:
+# Per cell. Alone, lesson 01 runs in about 13 s; in one full-suite run, beside two grading jobs on
+# two cores, the same notebook took 312 s, so the limit leaves room for a loaded machine.
+def _run(path: Path, timeout: int = 900) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
