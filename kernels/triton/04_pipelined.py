@@ -40,6 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
+from course.kernel_inputs import check_qkv
+
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
 
 
@@ -125,24 +127,6 @@ def pipelined_attention_kernel(
     # endregion: write_o_and_lse
 
 
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, name: str) -> None:
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
-        raise ValueError(f"{name} takes torch.Tensors q, k, v")
-    shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"{name} takes q, k, v of shape (..., N, D), all with the same rank; got {shapes}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(f"q, k, v must have the same leading (batch) dimensions; got {shapes}")
-    if k.shape != v.shape or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"need Q (..., Nq, D) and K, V (..., Nk, D) with one D; got {shapes}")
-    if k.shape[-2] == 0:
-        raise ValueError("attention over zero keys is undefined (K and V have no rows)")
-    if not 1 <= q.shape[-1] <= 256:
-        raise ValueError(f"head dim D must be between 1 and 256; got {q.shape[-1]}")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"q, k, v must share one dtype among float16, bfloat16, float32; got {q.dtype}, {k.dtype}, {v.dtype}")
-
-
 def _descriptor_ready(t: torch.Tensor, d: int) -> torch.Tensor:
     """t (Z, N, d) laid out as a descriptor needs it: 16-byte aligned base and row stride.
 
@@ -170,7 +154,7 @@ def pipelined_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Returns O (..., Nq, D) in q's dtype and LSE (..., Nq) in float32. Tile sizes, warps and pipeline
     depth are picked by the autotuner (one fixed choice on the CPU interpreter).
     """
-    _check_inputs(q, k, v, "pipelined_attention")
+    check_qkv("pipelined_attention", q, k, v)
     *batch, n_q, d = q.shape
     n_k = k.shape[-2]
     scale = d ** -0.5 if scale is None else float(scale)

@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from course.kernel_inputs import check_qkv
 from course.tiers import triton_interpreted  # importing course first also selects the interpreter on CPU
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = 2^(x·log2 e)
@@ -123,23 +124,6 @@ def tensor_core_attention_kernel(
     tl.store(lse_ptr + z * stride_lz + rows, lse, mask=row_ok)
 
 
-def _check_inputs(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"{name} takes q, k, v of shape (..., N, D) with the same rank; got {shapes}")
-    if q.shape[:-2] != k.shape[:-2] or k.shape != v.shape or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"{name} needs Q (..., Nq, D) and K, V (..., Nk, D) with equal batch dims; got {shapes}")
-    if k.shape[-2] == 0:
-        raise ValueError(f"{name}: attention over zero keys is undefined")
-    if not 1 <= q.shape[-1] <= 256:
-        raise ValueError(f"{name} supports head dims 1..256; got D = {q.shape[-1]}")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"{name} needs q, k, v all float16, bfloat16 or float32 (one dtype); "
-                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"{name}: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
-
-
 def tensor_core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale · Q Kᵀ) V with both matmuls on tensor cores; returns (O, LSE).
@@ -147,7 +131,7 @@ def tensor_core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Q (..., Nq, D), K and V (..., Nk, D), any number of leading batch dims. O has q's dtype;
     LSE (..., Nq) is float32, natural log.
     """
-    _check_inputs("tensor_core_attention", q, k, v)
+    check_qkv("tensor_core_attention", q, k, v)
     *batch, n_q, d = q.shape
     n_k = k.shape[-2]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)

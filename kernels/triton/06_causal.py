@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from course.kernel_inputs import check_qkv
 from course.tiers import triton_interpreted  # importing course first also selects the interpreter on CPU
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = 2^(x·log2 e)
@@ -198,21 +199,6 @@ def key_block_schedule(n_q: int, n_k: int, block_m: int, block_n: int, causal: b
     return schedule
 
 
-def _check_inputs(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-    if k.shape != v.shape or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"{name} needs K and V of one shape and Q, K sharing the head dim D; got {shapes}")
-    if k.shape[-2] == 0:
-        raise ValueError(f"{name}: attention over zero keys is undefined")
-    if not 1 <= q.shape[-1] <= 256:
-        raise ValueError(f"{name} supports head dims 1..256; got D = {q.shape[-1]}")
-    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"{name} needs q, k, v all float16, bfloat16 or float32 (one dtype); "
-                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"{name}: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
-
-
 def causal_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                              scale: float | None = None, *, block_m: int | None = None, block_n: int | None = None,
                              num_warps: int = 4, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,7 +210,7 @@ def causal_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     name = "causal_attention_forward"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"{name} takes 4-D (B, H, N, D) tensors; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    _check_inputs(name, q, k, v)
+    check_qkv(name, q, k, v, same_batch=False)  # the batch and the head mapping are checked below
     batch, n_heads, n_q, d = q.shape
     n_kv_heads, n_k = k.shape[1], k.shape[2]
     if k.shape[0] != batch or n_kv_heads == 0 or n_heads % n_kv_heads:
@@ -262,12 +248,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     is bottom-right aligned: query i sees key j iff j <= i + (Nk - Nq). O has q's dtype; LSE
     (..., Nq) is float32, natural log, -inf on a row that sees no key (whose O is 0).
     """
-    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
-        raise ValueError(f"causal_attention takes q, k, v of shape (..., N, D) with the same rank; "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"causal_attention: batch dims differ: {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    _check_inputs("causal_attention", q, k, v)
+    check_qkv("causal_attention", q, k, v)
     *batch, n_q, d = q.shape
     n_k = k.shape[-2]
     z = math.prod(batch)  # flatten every leading dim into the head axis: (1, Z, N, D), H = H_kv = Z

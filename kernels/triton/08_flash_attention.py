@@ -23,13 +23,11 @@ import math
 
 import torch
 
+from course.kernel_inputs import KERNEL_DTYPES, MAX_HEAD_DIM
 from course.kernels import load_triton_module
 
 _forward = load_triton_module("triton/06_causal")
 _backward = load_triton_module("triton/07_backward")
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
 
 
 def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> None:
@@ -41,7 +39,7 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
             raise ValueError(f"flash_attention: {name} must be (batch, heads, seq_len, head_dim); got shape {tuple(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"flash_attention: q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dtype not in SUPPORTED_DTYPES:
+    if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"flash_attention: dtype {q.dtype} is not supported; use float16, bfloat16 or float32")
     if not (q.device == k.device == v.device):
         raise ValueError(f"flash_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
