@@ -1,0 +1,1104 @@
+// The course's SIMT runtime: runs a CUDA or Metal kernel's threads as fibers on a CPU.
+//
+// Life of a launch (driven by course/simt/kernel.py through the C functions at the end):
+//   simt_prepare  copies every buffer argument into runtime-owned memory: each buffer sits in its own
+//                 1 GiB reservation with no-access pages around it (like cudaMalloc'd memory, 256-byte
+//                 aligned), so a wild index faults instead of corrupting a neighbour;
+//   simt_start    forks. The child runs the grid and writes a report into shared memory; a crash,
+//                 a hang or an error costs the child only, never the notebook;
+//   simt_collect  after the child ends: copies buffers back (only if the launch succeeded).
+//
+// Inside the child, each block's threads are fibers. A fiber runs until it reaches a barrier, a warp
+// collective or its end, and the scheduler picks the next one (in order, or at random with a seed).
+// Barriers check that every thread arrives at the same one (synccheck). Builds with -fsanitize=thread
+// call the __tsan_* hooks below on every memory access of the kernel: those implement memcheck
+// (bounds, alignment, const) and racecheck (two threads touching one address with no barrier between,
+// or two blocks with no atomic), and let random schedules switch threads at memory accesses.
+#include <csetjmp>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <atomic>
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if !defined(__x86_64__) || defined(SIMT_USE_UCONTEXT)
+#define SIMT_UCONTEXT 1
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700
+#endif
+#include <ucontext.h>
+#endif
+
+#include "simt_core.h"
+
+namespace simt {
+
+thread_local ThreadCtx *current_thread = nullptr;
+
+namespace {
+
+constexpr size_t kReservation = size_t(1) << 30;  // address space per buffer: offsets up to 1 GiB fault
+constexpr size_t kGuard = size_t(1) << 20;       // no-access bytes before each buffer
+constexpr size_t kStackBytes = 256 * 1024;        // per fiber; touched pages only
+constexpr size_t kErrorBytes = 16 * 1024;
+constexpr int kMaxArenas = 8;
+
+size_t page_size() { static size_t p = size_t(sysconf(_SC_PAGESIZE)); return p; }
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// ------------------------------------------------------------------------------------------------
+// Fibers. On x86-64 a fiber switch saves the callee-saved registers on the old stack and swaps stack
+// pointers (a few nanoseconds); elsewhere ucontext does it (slower: a system call per switch).
+
+#ifndef SIMT_UCONTEXT
+extern "C" void simt_switch_stack(void **save_sp, void *new_sp);
+asm(R"(
+.text
+.globl simt_switch_stack
+.type simt_switch_stack,@function
+simt_switch_stack:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size simt_switch_stack, .-simt_switch_stack
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+
+struct Context {
+    void *sp = nullptr;
+};
+inline void switch_context(Context &from, Context &to) { simt_switch_stack(&from.sp, to.sp); }
+void init_context(Context &c, char *stack_lo, size_t bytes, void (*entry)()) {
+    // Frame popped by simt_switch_stack: [mxcsr|fcw][r15 r14 r13 r12 rbx rbp][return address].
+    auto top = reinterpret_cast<uintptr_t>(stack_lo + bytes) & ~uintptr_t(15);
+    auto *ret_slot = reinterpret_cast<void **>(top - 16);  // 16-aligned: entry sees rsp % 16 == 8
+    *ret_slot = reinterpret_cast<void *>(entry);
+    auto *regs = reinterpret_cast<uint64_t *>(ret_slot) - 6;
+    std::memset(regs, 0, 6 * sizeof(uint64_t));
+    auto *ctl = reinterpret_cast<uint32_t *>(regs - 1);
+    uint32_t mxcsr;
+    uint16_t fcw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fcw));
+    ctl[0] = mxcsr;
+    ctl[1] = fcw;
+    c.sp = ctl;
+}
+#else
+struct Context {
+    ucontext_t uc;
+};
+inline void switch_context(Context &from, Context &to) { swapcontext(&from.uc, &to.uc); }
+void init_context(Context &c, char *stack_lo, size_t bytes, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack_lo;
+    c.uc.uc_stack.ss_size = bytes;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, entry, 0);
+}
+#endif
+
+// ------------------------------------------------------------------------------------------------
+// What Python hands over, and what the child reports back (in memory shared across the fork).
+
+}  // namespace
+}  // namespace simt
+
+extern "C" {
+struct SimtBufferSpec {
+    void *host;           // the caller's array
+    uint64_t bytes;
+    uint32_t elem_bytes;  // for messages: element index = offset / elem_bytes
+    int32_t readonly;     // declared const: mapped read-only, never copied back
+    const char *name;     // the parameter's name
+};
+struct SimtLaunchSpec {
+    void (*entry)(void **);
+    const char *kernel_name;
+    uint32_t grid[3], block[3];
+    uint32_t n_params;
+    int32_t *param_buffer;        // per parameter: buffer index, or -1 for a scalar / non-argument
+    void **param_scalar;          // per parameter: pointer to the scalar's bytes (when param_buffer < 0)
+    uint32_t n_buffers;
+    SimtBufferSpec *buffers;
+    uint64_t dynamic_shared;      // CUDA: bytes of `extern __shared__` the launch provides
+    uint32_t n_arenas;            // Metal: [[threadgroup(n)]] lengths
+    uint64_t arena_bytes[8];
+    int32_t memcheck, racecheck, random_schedule, workers;
+    uint64_t seed;
+    uint32_t preempt_one_in;      // random schedule in checked builds: switch thread at ~1 in N accesses
+    uint64_t printf_limit;
+    int32_t is_metal;
+};
+// Generated per module when the source declares `extern __shared__` arrays: their addresses in the
+// calling OS thread (each is thread_local, so one copy per worker).
+int __simt_extern_shared(const void **addrs, const char **names, int max) __attribute__((weak));
+}
+
+namespace simt {
+namespace {
+
+enum Status : int32_t { kRunning = 0, kOk = 1, kFailed = 2 };
+
+struct Report {
+    std::atomic<int32_t> status;
+    std::atomic<uint32_t> blocks_done;
+    std::atomic<uint32_t> block_running[3];
+    uint64_t elapsed_ns;
+    uint64_t printf_len;
+    int32_t printf_truncated;
+    char error[kErrorBytes];
+    // printf bytes follow
+};
+
+struct DeviceBuffer {
+    char *reservation = nullptr;  // kReservation bytes
+    char *data = nullptr;
+    size_t bytes = 0, mapped = 0;
+    SimtBufferSpec spec{};
+};
+
+struct Launch {
+    SimtLaunchSpec spec{};
+    std::vector<DeviceBuffer> buffers;
+    std::vector<void *> args;               // what __simt_entry_* receives
+    std::vector<void *> pointer_values;     // storage for device pointers
+    Report *report = nullptr;
+    size_t report_bytes = 0;
+    std::string kernel_name;
+    std::vector<std::string> buffer_names;
+    Dl_info module{};                       // for turning addresses into module offsets
+    int stdout_fd = -1;                     // the child's stdout/stderr, for crash reports
+};
+
+Launch *g_launch = nullptr;  // the launch this child process runs
+
+// ------------------------------------------------------------------------------------------------
+// Fibers, blocks and the scheduler.
+
+enum class Wait : uint8_t { kNone, kBarrier, kWarp, kExited };
+
+struct Fiber {
+    Context ctx;
+    char *stack_lo = nullptr;  // usable stack [stack_lo, stack_lo + kStackBytes)
+    ThreadCtx t{};
+    Wait wait = Wait::kNone;
+    const char *what = nullptr, *file = nullptr;
+    int line = 0;
+    uint32_t mask = 0;
+    const void *in = nullptr;
+    void *out = nullptr;
+    WarpCompute compute = nullptr;
+    uint32_t warp_epoch = 0;
+};
+
+// Race-detection shadow of one 2-byte cell: the last write and the last read (or "several readers").
+struct Shadow {
+    const void *w_pc = nullptr, *r_pc = nullptr;
+    uint64_t w_thread = 0, r_thread = 0;  // global thread id + 1 (0: none)
+    uint32_t w_epoch = 0, r_epoch = 0;    // block barrier epoch at the access
+    uint32_t w_wepoch = 0, r_wepoch = 0;  // warp epoch at the access
+    bool w_atomic = false, r_many = false;
+};
+
+struct Worker {
+    Context scheduler;
+    std::vector<Fiber> fibers;
+    Fiber *running = nullptr;
+    std::mt19937_64 rng;
+    std::vector<int> ready;
+    uint32_t alive = 0, at_barrier = 0;
+    uint32_t barrier_epoch = 0;            // barriers passed in this block
+    std::vector<uint32_t> warp_alive;      // per warp: lanes that exist and have not exited
+    std::vector<uint32_t> warp_epoch;      // per warp: collectives completed
+    std::vector<uint32_t> warp_waiting;    // per warp: lanes waiting at a collective
+    std::vector<char *> arenas;            // [[threadgroup(n)]] memory of this worker
+    std::vector<const void *> extern_shared;
+    std::vector<const char *> extern_shared_names;
+    uint64_t block_linear = 0;
+    bool in_collective = false;            // running a WarpCompute: its accesses are the runtime's
+    bool failed = false;
+    std::unordered_map<uintptr_t, Shadow> shared_shadow;  // static shared memory, per block
+    std::vector<char> sigstack;
+};
+thread_local Worker *tl_worker = nullptr;
+
+std::vector<std::vector<Shadow>> g_buffer_shadow;  // racecheck of buffers, whole launch (one worker)
+std::mutex g_printf_mutex;
+
+// Describe a set of thread ids compactly: "threads 0-31, 40".
+std::string describe_threads(const std::vector<unsigned> &ids, const char *noun = "threads") {
+    std::string s = ids.size() == 1 ? std::string(noun, strlen(noun) - 1) + " " : std::string(noun) + " ";
+    for (size_t i = 0; i < ids.size();) {
+        size_t j = i;
+        while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+        if (i) s += ", ";
+        s += std::to_string(ids[i]);
+        if (j > i) s += "-" + std::to_string(ids[j]);
+        i = j + 1;
+    }
+    return s;
+}
+
+std::string dim_text(const Dim3 &d) {
+    return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+std::string thread_text(const ThreadCtx &t) {
+    return "thread " + dim_text(t.thread_idx) + " of block " + dim_text(t.block_idx);
+}
+
+// "{pc:OFFSET}" placeholders become "line N" in Python (addr2line on the module).
+std::string pc_text(const void *pc) {
+    if (!pc || !g_launch || !g_launch->module.dli_fbase) return "an unknown line";
+    char buf[64];
+    auto off = reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(g_launch->module.dli_fbase);
+    snprintf(buf, sizeof buf, "{pc:%lx}", static_cast<unsigned long>(off ? off - 1 : 0));
+    return buf;
+}
+
+std::string where_text(const char *file, int line) {
+    const char *base = file ? strrchr(file, '/') : nullptr;
+    return "line " + std::to_string(line) + " of " + (base ? base + 1 : (file ? file : "?"));
+}
+
+void record_error(const std::string &msg) {
+    Report *r = g_launch->report;
+    int32_t expected = kRunning;
+    if (r->status.compare_exchange_strong(expected, kFailed)) {
+        snprintf(r->error, kErrorBytes, "%s", msg.c_str());
+    }
+}
+
+struct AbortBlock {};  // thrown in the scheduler's own context (never across a fiber)
+
+[[noreturn]] void abort_launch(const std::string &msg) {
+    record_error(msg);
+    Worker *w = tl_worker;
+    w->failed = true;
+    if (w->running && !w->in_collective) {
+        Fiber *f = w->running;
+        switch_context(f->ctx, w->scheduler);  // never resumed
+        __builtin_unreachable();
+    }
+    throw AbortBlock{};
+}
+
+void fiber_main();
+
+void run_ready(Worker &w);
+
+uint32_t lane_bit(unsigned lane) { return uint32_t(1) << lane; }
+
+// Release every lane of a completed warp collective.
+void release_warp_group(Worker &w, unsigned warp, uint32_t group) {
+    ++w.warp_epoch[warp];
+    for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+        if (!(group & lane_bit(lane))) continue;
+        Fiber &f = w.fibers[warp * kWarpSize + lane];
+        f.wait = Wait::kNone;
+        f.warp_epoch = w.warp_epoch[warp];
+        w.ready.push_back(int(&f - w.fibers.data()));
+    }
+}
+
+// Complete the warp collective that lane `lane` of `warp` waits at, if all its lanes have arrived.
+void try_complete_group(Worker &w, unsigned warp, unsigned lane) {
+    Fiber &f = w.fibers[warp * kWarpSize + lane];
+    const uint32_t group = f.mask & w.warp_alive[warp];
+    if (group & ~w.warp_waiting[warp]) return;  // someone named in the mask has not arrived yet
+    for (unsigned other = 0; other < kWarpSize; ++other) {
+        if (!(group & lane_bit(other))) continue;
+        Fiber &g = w.fibers[warp * kWarpSize + other];
+        if (g.compute != f.compute || g.line != f.line || g.file != f.file) {
+            abort_launch(std::string("warp divergence in block ") + dim_text(f.t.block_idx) + ": lane " +
+                         std::to_string(lane) + " of warp " + std::to_string(warp) + " waits at " + f.what +
+                         " (" + where_text(f.file, f.line) + ") but lane " + std::to_string(other) +
+                         " waits at " + g.what + " (" + where_text(g.file, g.line) +
+                         "); every lane named in the mask must reach the same warp operation.");
+        }
+        if (g.mask != f.mask) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "0x%08x and 0x%08x", f.mask, g.mask);
+            abort_launch(std::string(f.what) + " at " + where_text(f.file, f.line) + " in block " +
+                         dim_text(f.t.block_idx) + ": lanes " + std::to_string(lane) + " and " +
+                         std::to_string(other) + " of warp " + std::to_string(warp) +
+                         " pass different masks (" + buf + "); lanes working together must pass the same mask.");
+        }
+    }
+    const void *in[kWarpSize] = {};
+    void *out[kWarpSize] = {};
+    for (unsigned other = 0; other < kWarpSize; ++other) {
+        if (!(group & lane_bit(other))) continue;
+        Fiber &g = w.fibers[warp * kWarpSize + other];
+        in[other] = g.in;
+        out[other] = g.out;
+    }
+    const unsigned first = warp * kWarpSize;
+    const unsigned lanes_in_warp = unsigned(std::min<size_t>(kWarpSize, w.fibers.size() - first));
+    w.in_collective = true;
+    try {
+        f.compute(in, out, group, lanes_in_warp);
+    } catch (...) {
+        w.in_collective = false;
+        throw;
+    }
+    w.in_collective = false;
+    w.warp_waiting[warp] &= ~group;
+    release_warp_group(w, warp, group);
+}
+
+// After a lane of `warp` exited: a collective may now be complete without it.
+void try_complete_warp(Worker &w, unsigned warp) {
+    for (unsigned lane = 0; lane < kWarpSize; ++lane)
+        if (w.warp_waiting[warp] & lane_bit(lane)) try_complete_group(w, warp, lane);
+}
+
+void try_complete_barrier(Worker &w) {
+    if (w.alive == 0 || w.at_barrier < w.alive) return;
+    // Everyone alive is at a barrier: it must be the same one.
+    const Fiber *first = nullptr;
+    for (Fiber &f : w.fibers) {
+        if (f.wait != Wait::kBarrier) continue;
+        if (!first) { first = &f; continue; }
+        if (f.line != first->line || f.file != first->file || f.what != first->what) {
+            std::vector<unsigned> a, b;
+            for (Fiber &g : w.fibers) {
+                if (g.wait != Wait::kBarrier) continue;
+                if (g.line == first->line && g.file == first->file) a.push_back(g.t.linear);
+                else if (g.line == f.line && g.file == f.file) b.push_back(g.t.linear);
+            }
+            abort_launch(std::string("barrier mismatch in block ") + dim_text(first->t.block_idx) + " of " +
+                         g_launch->kernel_name + ": " + describe_threads(a) + " wait at " + first->what + " (" +
+                         where_text(first->file, first->line) + "), " + describe_threads(b) + " at " + f.what +
+                         " (" + where_text(f.file, f.line) +
+                         "). Every thread of a block must reach the same barriers in the same order; "
+                         "is a barrier inside a branch that depends on the thread?");
+        }
+    }
+    ++w.barrier_epoch;
+    w.at_barrier = 0;
+    std::vector<int> released;
+    for (Fiber &f : w.fibers) {
+        if (f.wait == Wait::kBarrier) {
+            f.wait = Wait::kNone;
+            released.push_back(int(&f - w.fibers.data()));
+        }
+    }
+    w.ready.insert(w.ready.end(), released.begin(), released.end());
+}
+
+void report_deadlock(Worker &w) {
+    std::string msg = "the threads of block " + dim_text(w.fibers[0].t.block_idx) + " of " +
+                      g_launch->kernel_name + " can never continue: ";
+    // Group waiting threads by where they wait.
+    std::vector<const Fiber *> seen;
+    bool firstgroup = true;
+    for (const Fiber &f : w.fibers) {
+        if (f.wait != Wait::kBarrier && f.wait != Wait::kWarp) continue;
+        bool dup = false;
+        for (const Fiber *s : seen) dup |= (s->line == f.line && s->file == f.file && s->wait == f.wait);
+        if (dup) continue;
+        seen.push_back(&f);
+        std::vector<unsigned> ids;
+        for (const Fiber &g : w.fibers)
+            if (g.wait == f.wait && g.line == f.line && g.file == f.file) ids.push_back(g.t.linear);
+        msg += std::string(firstgroup ? "" : "; ") + describe_threads(ids) + " wait at " + f.what + " (" +
+               where_text(f.file, f.line) + ")";
+        firstgroup = false;
+    }
+    std::vector<unsigned> gone;
+    for (const Fiber &f : w.fibers)
+        if (f.wait == Wait::kExited) gone.push_back(f.t.linear);
+    if (!gone.empty()) msg += "; " + describe_threads(gone) + " have already returned";
+    msg += ". A warp operation waits for every lane in its mask; a barrier for every thread of the block.";
+    abort_launch(msg);
+}
+
+void fiber_main() {
+    Worker *w = tl_worker;
+    Fiber *f = w->running;
+    g_launch->spec.entry(g_launch->args.data());
+    f->wait = Wait::kExited;
+    switch_context(f->ctx, w->scheduler);
+    __builtin_unreachable();
+}
+
+// After a fiber switched back: account for what it is waiting on.
+void after_switch(Worker &w, Fiber &f) {
+    switch (f.wait) {
+        case Wait::kNone:  // preempted: runnable again
+            w.ready.push_back(int(&f - w.fibers.data()));
+            break;
+        case Wait::kExited:
+            --w.alive;
+            w.warp_alive[f.t.warp] &= ~lane_bit(f.t.lane);
+            try_complete_warp(w, f.t.warp);
+            try_complete_barrier(w);
+            break;
+        case Wait::kBarrier:
+            ++w.at_barrier;
+            try_complete_barrier(w);
+            break;
+        case Wait::kWarp:
+            if (!(f.mask & lane_bit(f.t.lane))) {
+                char buf[32];
+                snprintf(buf, sizeof buf, "0x%08x", f.mask);
+                abort_launch(std::string(f.what) + " at " + where_text(f.file, f.line) + ": " + thread_text(f.t) +
+                             " (lane " + std::to_string(f.t.lane) + ") calls it with mask " + buf +
+                             ", which does not include its own lane.");
+            }
+            w.warp_waiting[f.t.warp] |= lane_bit(f.t.lane);
+            try_complete_group(w, f.t.warp, f.t.lane);
+            break;
+    }
+}
+
+void run_ready(Worker &w) {
+    const bool random = g_launch->spec.random_schedule;
+    size_t head = 0;  // sequential: first in, first out
+    while (head < w.ready.size()) {
+        int idx;
+        if (random) {
+            const size_t pick = head + size_t(w.rng() % (w.ready.size() - head));
+            idx = w.ready[pick];
+            w.ready[pick] = w.ready.back();
+            w.ready.pop_back();
+        } else {
+            idx = w.ready[head++];
+            if (head == w.ready.size()) { w.ready.clear(); head = 0; }
+        }
+        Fiber &f = w.fibers[size_t(idx)];
+        w.running = &f;
+        current_thread = &f.t;
+        switch_context(w.scheduler, f.ctx);
+        w.running = nullptr;
+        if (w.failed) throw AbortBlock{};
+        after_switch(w, f);
+    }
+}
+
+void init_worker(Worker &w, uint32_t threads) {
+    const auto &s = g_launch->spec;
+    w.fibers.resize(threads);
+    for (Fiber &f : w.fibers) {
+        // A no-access page below each stack turns a stack overflow into a clear crash report.
+        char *mem = static_cast<char *>(mmap(nullptr, kStackBytes + page_size(), PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        if (mem == MAP_FAILED) { perror("mmap"); _exit(4); }
+        mprotect(mem, page_size(), PROT_NONE);
+        f.stack_lo = mem + page_size();
+    }
+    for (uint32_t i = 0; i < s.n_arenas; ++i) {
+        // Threadgroup memory of [[threadgroup(i)]]: 16-aligned, a no-access page right after.
+        const size_t bytes = round_up(std::max<uint64_t>(s.arena_bytes[i], 1), page_size());
+        char *mem = static_cast<char *>(mmap(nullptr, bytes + page_size(), PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        mprotect(mem + bytes, page_size(), PROT_NONE);
+        w.arenas.push_back(mem + bytes - round_up(s.arena_bytes[i], 16));
+    }
+    if (__simt_extern_shared) {
+        const void *addrs[16];
+        const char *names[16];
+        const int n = __simt_extern_shared(addrs, names, 16);
+        w.extern_shared.assign(addrs, addrs + n);
+        w.extern_shared_names.assign(names, names + n);
+    }
+    w.rng.seed(s.seed * 0x9E3779B97F4A7C15ull + 1);
+    const uint32_t warps = (threads + kWarpSize - 1) / kWarpSize;
+    w.warp_alive.assign(warps, 0);
+    w.warp_epoch.assign(warps, 0);
+    w.warp_waiting.assign(warps, 0);
+}
+
+void run_block(Worker &w, uint64_t linear_block) {
+    const auto &s = g_launch->spec;
+    const uint32_t threads = s.block[0] * s.block[1] * s.block[2];
+    const Dim3 grid{s.grid[0], s.grid[1], s.grid[2]}, block{s.block[0], s.block[1], s.block[2]};
+    const Dim3 bidx{uint32_t(linear_block % grid.x), uint32_t(linear_block / grid.x % grid.y),
+                    uint32_t(linear_block / (uint64_t(grid.x) * grid.y))};
+    g_launch->report->block_running[0] = bidx.x;
+    g_launch->report->block_running[1] = bidx.y;
+    g_launch->report->block_running[2] = bidx.z;
+    w.block_linear = linear_block;
+    w.alive = threads;
+    w.at_barrier = 0;
+    w.barrier_epoch = 0;
+    w.ready.clear();
+    w.shared_shadow.clear();
+    const uint32_t warps = (threads + kWarpSize - 1) / kWarpSize;
+    for (uint32_t wi = 0; wi < warps; ++wi) {
+        const uint32_t lanes = std::min(kWarpSize, threads - wi * kWarpSize);
+        w.warp_alive[wi] = lanes == 32 ? 0xffffffffu : (lane_bit(lanes) - 1);
+        w.warp_epoch[wi] = 0;
+        w.warp_waiting[wi] = 0;
+    }
+    if (s.memcheck || s.racecheck) {
+        // Shared memory starts with garbage on a GPU; here with NaN bytes, so reading a slot nobody
+        // wrote shows up in the result instead of passing by luck.
+        for (size_t i = 0; i < w.arenas.size(); ++i) memset(w.arenas[i], 0xff, s.arena_bytes[i]);
+        for (const void *p : w.extern_shared) memset(const_cast<void *>(p), 0xff, s.dynamic_shared);
+    }
+    for (uint32_t i = 0; i < threads; ++i) {
+        Fiber &f = w.fibers[i];
+        f.t.thread_idx = Dim3{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+        f.t.block_idx = bidx;
+        f.t.block_dim = block;
+        f.t.grid_dim = grid;
+        f.t.linear = i;
+        f.t.lane = i % kWarpSize;
+        f.t.warp = i / kWarpSize;
+        f.t.warps = warps;
+        f.wait = Wait::kNone;
+        f.warp_epoch = 0;
+        init_context(f.ctx, f.stack_lo, kStackBytes, fiber_main);
+        w.ready.push_back(int(i));
+    }
+    run_ready(w);
+    if (w.alive > 0) report_deadlock(w);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Checks on memory accesses (checked builds).
+
+const DeviceBuffer *find_buffer(uintptr_t a, size_t *index) {
+    for (size_t i = 0; i < g_launch->buffers.size(); ++i) {
+        const DeviceBuffer &b = g_launch->buffers[i];
+        const auto lo = reinterpret_cast<uintptr_t>(b.reservation);
+        if (a - lo < kReservation) { *index = i; return &b; }
+    }
+    return nullptr;
+}
+
+const char *access_word(int access) { return access == kWrite ? "write" : access == kRead ? "read" : "atomic"; }
+
+std::string global_thread_text(uint64_t id) {
+    const auto &s = g_launch->spec;
+    const uint64_t per_block = uint64_t(s.block[0]) * s.block[1] * s.block[2];
+    const uint64_t b = id / per_block, t = id % per_block;
+    const Dim3 bi{uint32_t(b % s.grid[0]), uint32_t(b / s.grid[0] % s.grid[1]), uint32_t(b / (uint64_t(s.grid[0]) * s.grid[1]))};
+    const Dim3 ti{uint32_t(t % s.block[0]), uint32_t(t / s.block[0] % s.block[1]), uint32_t(t / (uint64_t(s.block[0]) * s.block[1]))};
+    return "thread " + dim_text(ti) + " of block " + dim_text(bi);
+}
+
+// Whether an earlier access (by thread `then`, at epochs e/we) is ordered before the current one.
+bool ordered(const Worker &w, const Fiber &f, uint64_t me, uint64_t then, uint32_t e, uint32_t we) {
+    if (then == me) return true;
+    const auto &s = g_launch->spec;
+    const uint64_t per_block = uint64_t(s.block[0]) * s.block[1] * s.block[2];
+    if ((then - 1) / per_block != (me - 1) / per_block) return false;  // different blocks: never
+    if (w.barrier_epoch != e) return true;                            // a barrier in between
+    const uint64_t other_linear = (then - 1) % per_block;
+    return other_linear / kWarpSize == f.t.warp && w.warp_epoch[f.t.warp] != we;  // a warp sync between
+}
+
+void race(const std::string &where, const char *what_then, uint64_t then, const void *pc_then, int access,
+          const Fiber &f, const void *pc_now, bool across_blocks) {
+    std::string msg = "data race on " + where + ": " + global_thread_text(then - 1) + " " + what_then + " it at " +
+                      pc_text(pc_then) + ", then " + thread_text(f.t) + " " +
+                      (access == kWrite ? "wrote" : access == kRead ? "read" : "updated") + " it at " + pc_text(pc_now);
+    if (across_blocks)
+        msg += ". Blocks run in no fixed order and nothing orders them within a launch: make the update atomic "
+               "(atomicAdd / atomic_fetch_add_explicit), or give each block its own addresses.";
+    else
+        msg += ", with no barrier between. Put a __syncthreads() / threadgroup_barrier between the write and "
+               "the other thread's access.";
+    abort_launch(msg);
+}
+
+void check_shadow(Worker &w, Shadow &sh, int access, const void *pc, const std::string &where) {
+    Fiber &f = *w.running;
+    const auto &s = g_launch->spec;
+    const uint64_t per_block = uint64_t(s.block[0]) * s.block[1] * s.block[2];
+    const uint64_t me = w.block_linear * per_block + f.t.linear + 1;
+    const uint32_t e = w.barrier_epoch, we = w.warp_epoch[f.t.warp];
+    auto other_block = [&](uint64_t then) { return (then - 1) / per_block != (me - 1) / per_block; };
+    if (sh.w_thread && !(access == kAtomic && sh.w_atomic) && !ordered(w, f, me, sh.w_thread, sh.w_epoch, sh.w_wepoch))
+        race(where, sh.w_atomic ? "updated atomically" : "wrote", sh.w_thread, sh.w_pc, access, f, pc,
+             other_block(sh.w_thread));
+    if (access == kRead) {
+        if (sh.r_thread && sh.r_thread != me && !ordered(w, f, me, sh.r_thread, sh.r_epoch, sh.r_wepoch))
+            sh.r_many = true;
+        else if (!sh.r_thread || sh.r_thread != me)
+            sh.r_many = false;
+        sh.r_thread = me; sh.r_pc = pc; sh.r_epoch = e; sh.r_wepoch = we;
+        return;
+    }
+    if (access == kWrite && sh.r_thread && !ordered(w, f, me, sh.r_thread, sh.r_epoch, sh.r_wepoch))
+        race(where, "read", sh.r_thread, sh.r_pc, access, f, pc, other_block(sh.r_thread));
+    if (access == kWrite && sh.r_many && sh.r_epoch == e && !other_block(sh.r_thread))
+        race(where, "read", sh.r_thread, sh.r_pc, access, f, pc, false);
+    sh.w_thread = me; sh.w_pc = pc; sh.w_epoch = e; sh.w_wepoch = we; sh.w_atomic = access == kAtomic;
+    sh.r_thread = 0; sh.r_many = false;
+}
+
+void fail_bounds(const DeviceBuffer &b, uintptr_t a, size_t bytes, int access, const void *pc) {
+    const Fiber &f = *tl_worker->running;
+    const auto data = reinterpret_cast<uintptr_t>(b.data);
+    const long long off = static_cast<long long>(a) - static_cast<long long>(data);
+    const unsigned eb = std::max<uint32_t>(b.spec.elem_bytes, 1);
+    const long long n = static_cast<long long>(b.bytes / eb);
+    std::string msg = "out-of-bounds " + std::string(access_word(access)) + " of `" + b.spec.name + "` at " +
+                      pc_text(pc) + " by " + thread_text(f.t) + ": element " +
+                      std::to_string(off >= 0 ? off / eb : -((-off + eb - 1) / eb)) + " (byte offset " +
+                      std::to_string(off) + ", " + std::to_string(bytes) + " bytes), but `" + b.spec.name + "` has " +
+                      std::to_string(n) + " elements (valid: 0 to " + std::to_string(n - 1) + ").";
+    abort_launch(msg);
+}
+
+void check_access(uintptr_t a, size_t bytes, int access, const void *pc, bool aligned_claim) {
+    Worker *w = tl_worker;
+    if (!w || !w->running || w->in_collective || w->failed) return;
+    Fiber &f = *w->running;
+    if (a - reinterpret_cast<uintptr_t>(f.stack_lo) < kStackBytes) return;  // the thread's own locals
+    const auto &s = g_launch->spec;
+    if (aligned_claim && bytes > 1 && (a % bytes) != 0) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(a));
+        abort_launch("misaligned " + std::to_string(bytes) + "-byte " + access_word(access) + " at address " + buf +
+                     " (" + pc_text(pc) + ") by " + thread_text(f.t) + ": a GPU faults unless a " +
+                     std::to_string(bytes) + "-byte access starts at a multiple of " + std::to_string(bytes) + ".");
+    }
+    size_t bi;
+    if (const DeviceBuffer *b = find_buffer(a, &bi)) {
+        const auto data = reinterpret_cast<uintptr_t>(b->data);
+        if (a < data || a + bytes > data + b->bytes) fail_bounds(*b, a, bytes, access, pc);
+        if (access != kRead && b->spec.readonly)
+            abort_launch("the kernel writes to `" + std::string(b->spec.name) + "` at " + pc_text(pc) + " (" +
+                         thread_text(f.t) + "), a parameter it declares const.");
+        if (s.racecheck) {
+            auto &shadow = g_buffer_shadow[bi];
+            for (uintptr_t c = (a - data) / 2; c <= (a + bytes - 1 - data) / 2; ++c) {
+                const unsigned eb = std::max<uint32_t>(b->spec.elem_bytes, 1);
+                check_shadow(*w, shadow[c], access, pc,
+                             "`" + std::string(b->spec.name) + "` element " + std::to_string(c * 2 / eb));
+            }
+        }
+    } else {
+        // Shared memory: dynamic regions have a known size; static arrays only get race checks.
+        auto check_region = [&](uintptr_t lo, size_t limit, size_t size, const std::string &name) -> bool {
+            if (a - lo >= limit) return false;
+            if (a + bytes > lo + size)
+                abort_launch("out-of-bounds " + std::string(access_word(access)) + " of shared memory `" + name +
+                             "` at " + pc_text(pc) + " by " + thread_text(f.t) + ": byte " + std::to_string(a - lo) +
+                             ", but the launch gave it " + std::to_string(size) + " bytes.");
+            return true;
+        };
+        for (size_t i = 0; i < w->extern_shared.size(); ++i)
+            check_region(reinterpret_cast<uintptr_t>(w->extern_shared[i]), SIMT_MAX_DYNAMIC_SHARED, s.dynamic_shared,
+                         w->extern_shared_names[i]);
+        for (size_t i = 0; i < w->arenas.size(); ++i)
+            check_region(reinterpret_cast<uintptr_t>(w->arenas[i]), round_up(s.arena_bytes[i], 16) + page_size(),
+                         s.arena_bytes[i], "[[threadgroup(" + std::to_string(i) + ")]]");
+        if (s.racecheck) {
+            for (uintptr_t c = a / 2; c <= (a + bytes - 1) / 2; ++c)
+                check_shadow(*w, w->shared_shadow[c], access, pc, "shared memory");
+        }
+    }
+    // Random schedules in checked builds also switch threads between memory accesses.
+    if (s.random_schedule && s.preempt_one_in && w->ready.size() > 0 && w->rng() % s.preempt_one_in == 0) {
+        f.wait = Wait::kNone;
+        switch_context(f.ctx, w->scheduler);
+        current_thread = &f.t;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Crashes in the child: turn the fault address into a sentence.
+
+void crash_handler(int sig, siginfo_t *info, void *uctx) {
+    const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
+    const void *pc = nullptr;
+    int write = -1;  // 1: the faulting access was a write, 0: a read, -1: unknown
+#if defined(__x86_64__) && defined(__linux__)
+    pc = reinterpret_cast<const void *>(static_cast<ucontext_t *>(uctx)->uc_mcontext.gregs[REG_RIP] + 1);
+    write = (static_cast<ucontext_t *>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#elif defined(__aarch64__) && defined(__linux__)
+    pc = reinterpret_cast<const void *>(static_cast<ucontext_t *>(uctx)->uc_mcontext.pc + 1);
+#else
+    (void)uctx;
+#endif
+    std::string who = "the kernel";
+    if (tl_worker && tl_worker->running) who = thread_text(tl_worker->running->t);
+    const char *verb = write == 1 ? " wrote " : write == 0 ? " read " : " accessed ";
+    std::string msg;
+    size_t bi;
+    if (sig == SIGSEGV || sig == SIGBUS) {
+        if (const DeviceBuffer *b = g_launch ? find_buffer(a, &bi) : nullptr) {
+            const auto data = reinterpret_cast<uintptr_t>(b->data);
+            if (a >= data && a < data + b->bytes && b->spec.readonly)
+                msg = who + " wrote to `" + b->spec.name + "` at " + pc_text(pc) + ", a parameter it declares const.";
+            else
+                msg = who + verb + "`" + b->spec.name + "` out of bounds at " + pc_text(pc) + " (byte offset " +
+                      std::to_string(static_cast<long long>(a) - static_cast<long long>(data)) + "; it has " +
+                      std::to_string(b->bytes) + " bytes). Run with check=\"memcheck\" for the exact element.";
+        } else if (tl_worker && tl_worker->running &&
+                   a - reinterpret_cast<uintptr_t>(tl_worker->running->stack_lo) + page_size() < page_size() * 2) {
+            msg = who + " overflowed its stack (" + std::to_string(kStackBytes / 1024) +
+                  " KiB) at " + pc_text(pc) + ": is a local array too large, or a function recursing?";
+        } else {
+            char buf[32];
+            snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(a));
+            msg = who + verb + "address " + buf + " at " + pc_text(pc) +
+                  ", which belongs to no buffer (a null or uninitialised pointer, or an index far out of range).";
+        }
+    } else if (sig == SIGFPE) {
+        msg = who + " divided an integer by zero at " + pc_text(pc) + ".";
+    } else if (sig == SIGABRT) {
+        msg = who + " aborted (an assert failed?).";
+    } else {
+        msg = who + " stopped with signal " + std::to_string(sig) + " at " + pc_text(pc) + ".";
+    }
+    if (g_launch) record_error(msg);
+    _exit(3);
+}
+
+void install_crash_handlers() {
+    Worker *w = tl_worker;
+    w->sigstack.resize(64 * 1024);
+    stack_t ss{};
+    ss.ss_sp = w->sigstack.data();
+    ss.ss_size = w->sigstack.size();
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa {};
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The child: run every block.
+
+void run_worker(std::atomic<uint64_t> *next, const std::vector<uint64_t> *order, uint32_t threads) {
+    Worker w;
+    tl_worker = &w;
+    install_crash_handlers();
+    init_worker(w, threads);
+    for (;;) {
+        const uint64_t i = next->fetch_add(1);
+        if (i >= order->size() || g_launch->report->status.load() != kRunning) break;
+        try {
+            run_block(w, (*order)[i]);
+        } catch (AbortBlock &) {
+            break;
+        }
+        g_launch->report->blocks_done.fetch_add(1);
+    }
+    tl_worker = nullptr;
+}
+
+void child_main() {
+    Launch &L = *g_launch;
+    const auto &s = L.spec;
+    const uint64_t blocks = uint64_t(s.grid[0]) * s.grid[1] * s.grid[2];
+    const uint32_t threads = s.block[0] * s.block[1] * s.block[2];
+    std::vector<uint64_t> order(blocks);
+    for (uint64_t i = 0; i < blocks; ++i) order[i] = i;
+    if (s.random_schedule) {
+        std::mt19937_64 rng(s.seed);
+        std::shuffle(order.begin(), order.end(), rng);
+    }
+    if (s.racecheck) {
+        g_buffer_shadow.resize(L.buffers.size());
+        for (size_t i = 0; i < L.buffers.size(); ++i) g_buffer_shadow[i].resize(L.buffers[i].bytes / 2 + 1);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::atomic<uint64_t> next{0};
+    const int workers = (s.memcheck || s.racecheck || s.random_schedule) ? 1 : std::max(1, s.workers);
+    if (workers == 1) {
+        run_worker(&next, &order, threads);
+    } else {
+        std::vector<std::thread> pool;
+        for (int i = 0; i < workers; ++i) pool.emplace_back(run_worker, &next, &order, threads);
+        for (auto &t : pool) t.join();
+    }
+    L.report->elapsed_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - t0).count());
+    int32_t expected = kRunning;
+    L.report->status.compare_exchange_strong(expected, kOk);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// The core API (simt_core.h), called from kernel code.
+
+void block_barrier(const char *what, const char *file, int line) {
+    Worker *w = tl_worker;
+    Fiber &f = *w->running;
+    f.wait = Wait::kBarrier;
+    f.what = what;
+    f.file = file;
+    f.line = line;
+    switch_context(f.ctx, w->scheduler);
+    current_thread = &f.t;
+}
+
+void warp_collective(const char *what, uint32_t mask, const void *in, void *out, WarpCompute compute,
+                     const char *file, int line) {
+    Worker *w = tl_worker;
+    Fiber &f = *w->running;
+    f.wait = Wait::kWarp;
+    f.what = what;
+    f.file = file;
+    f.line = line;
+    f.mask = mask;
+    f.in = in;
+    f.out = out;
+    f.compute = compute;
+    switch_context(f.ctx, w->scheduler);
+    current_thread = &f.t;
+}
+
+void note_access(const void *addr, size_t bytes, int access, const void *pc) {
+    if (g_launch && (g_launch->spec.memcheck || g_launch->spec.racecheck))
+        check_access(reinterpret_cast<uintptr_t>(addr), bytes, access, pc, false);
+}
+
+void fail(const void *pc, const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    std::string msg = buf;
+    if (tl_worker && tl_worker->running && !tl_worker->in_collective)
+        msg = thread_text(tl_worker->running->t) + ": " + msg;
+    if (pc) msg += " (at " + pc_text(pc) + ")";
+    abort_launch(msg);
+}
+
+int device_printf(const char *fmt, ...) {
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n <= 0) return n;
+    std::lock_guard<std::mutex> lock(g_printf_mutex);
+    Report *r = g_launch->report;
+    char *dst = reinterpret_cast<char *>(r + 1);
+    const size_t len = std::min<size_t>(size_t(n), sizeof buf - 1);
+    if (r->printf_len + len > g_launch->spec.printf_limit) {
+        r->printf_truncated = 1;
+        return n;
+    }
+    memcpy(dst + r->printf_len, buf, len);
+    r->printf_len += len;
+    return n;
+}
+
+void *threadgroup_arena(int index) {
+    Worker *w = tl_worker;
+    if (index < 0 || size_t(index) >= w->arenas.size())
+        fail(SIMT_PC(), "[[threadgroup(%d)]] was given no memory: pass its size in threadgroup_memory", index);
+    return w->arenas[size_t(index)];
+}
+
+}  // namespace simt
+
+// ------------------------------------------------------------------------------------------------
+// ThreadSanitizer's instrumentation calls, implemented by the course: in checked builds (compiled
+// with -fsanitize=thread, linked without its runtime) every memory access of the kernel lands here.
+
+extern "C" {
+using simt::check_access;
+#define SIMT_PC_HERE __builtin_extract_return_addr(__builtin_return_address(0))
+#define SIMT_TSAN_ACCESS(n)                                                                                   \
+    void __tsan_read##n(void *p) { check_access(reinterpret_cast<uintptr_t>(p), n, simt::kRead, SIMT_PC_HERE, true); } \
+    void __tsan_write##n(void *p) { check_access(reinterpret_cast<uintptr_t>(p), n, simt::kWrite, SIMT_PC_HERE, true); } \
+    void __tsan_unaligned_read##n(void *p) { check_access(reinterpret_cast<uintptr_t>(p), n, simt::kRead, SIMT_PC_HERE, false); } \
+    void __tsan_unaligned_write##n(void *p) { check_access(reinterpret_cast<uintptr_t>(p), n, simt::kWrite, SIMT_PC_HERE, false); }
+SIMT_TSAN_ACCESS(1)
+SIMT_TSAN_ACCESS(2)
+SIMT_TSAN_ACCESS(4)
+SIMT_TSAN_ACCESS(8)
+SIMT_TSAN_ACCESS(16)
+void __tsan_read_range(void *p, unsigned long n) { check_access(reinterpret_cast<uintptr_t>(p), n, simt::kRead, SIMT_PC_HERE, false); }
+void __tsan_write_range(void *p, unsigned long n) { check_access(reinterpret_cast<uintptr_t>(p), n, simt::kWrite, SIMT_PC_HERE, false); }
+void __tsan_init() {}
+void __tsan_func_entry(void *) {}
+void __tsan_volatile_read4(void *p) { check_access(reinterpret_cast<uintptr_t>(p), 4, simt::kRead, SIMT_PC_HERE, false); }
+void __tsan_volatile_write4(void *p) { check_access(reinterpret_cast<uintptr_t>(p), 4, simt::kWrite, SIMT_PC_HERE, false); }
+void __tsan_func_exit(void *) {}
+void __tsan_vptr_update(void **, void *) {}
+void __tsan_vptr_read(void **) {}
+
+// Atomic operations in checked builds (a static local's guard, std::atomic in a kernel): done for
+// real, and reported as atomic accesses.
+#define SIMT_TSAN_ATOMICS(bits, T)                                                                          \
+    T __tsan_atomic##bits##_load(const volatile T *a, int) {                                               \
+        check_access(reinterpret_cast<uintptr_t>(a), sizeof(T), simt::kRead, SIMT_PC_HERE, false);         \
+        return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                        \
+    }                                                                                                       \
+    void __tsan_atomic##bits##_store(volatile T *a, T v, int) {                                            \
+        check_access(reinterpret_cast<uintptr_t>(a), sizeof(T), simt::kAtomic, SIMT_PC_HERE, false);       \
+        __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                           \
+    }                                                                                                       \
+    SIMT_TSAN_RMW(bits, T, exchange, __atomic_exchange_n)                                                   \
+    SIMT_TSAN_RMW(bits, T, fetch_add, __atomic_fetch_add)                                                   \
+    SIMT_TSAN_RMW(bits, T, fetch_sub, __atomic_fetch_sub)                                                   \
+    SIMT_TSAN_RMW(bits, T, fetch_and, __atomic_fetch_and)                                                   \
+    SIMT_TSAN_RMW(bits, T, fetch_or, __atomic_fetch_or)                                                     \
+    SIMT_TSAN_RMW(bits, T, fetch_xor, __atomic_fetch_xor)                                                   \
+    SIMT_TSAN_RMW(bits, T, fetch_nand, __atomic_fetch_nand)                                                 \
+    int __tsan_atomic##bits##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) {                \
+        check_access(reinterpret_cast<uintptr_t>(a), sizeof(T), simt::kAtomic, SIMT_PC_HERE, false);       \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
+    }                                                                                                       \
+    int __tsan_atomic##bits##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) {                  \
+        check_access(reinterpret_cast<uintptr_t>(a), sizeof(T), simt::kAtomic, SIMT_PC_HERE, false);       \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);             \
+    }                                                                                                       \
+    T __tsan_atomic##bits##_compare_exchange_val(volatile T *a, T c, T v, int, int) {                      \
+        check_access(reinterpret_cast<uintptr_t>(a), sizeof(T), simt::kAtomic, SIMT_PC_HERE, false);       \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                  \
+        return c;                                                                                           \
+    }
+#define SIMT_TSAN_RMW(bits, T, op, builtin)                                                                 \
+    T __tsan_atomic##bits##_##op(volatile T *a, T v, int) {                                                \
+        check_access(reinterpret_cast<uintptr_t>(a), sizeof(T), simt::kAtomic, SIMT_PC_HERE, false);       \
+        return builtin(a, v, __ATOMIC_SEQ_CST);                                                             \
+    }
+SIMT_TSAN_ATOMICS(8, uint8_t)
+SIMT_TSAN_ATOMICS(16, uint16_t)
+SIMT_TSAN_ATOMICS(32, uint32_t)
+SIMT_TSAN_ATOMICS(64, uint64_t)
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) {}
+
+// --- the launch protocol, called from Python through ctypes ---
+
+void *simt_prepare(const SimtLaunchSpec *spec) {
+    using namespace simt;
+    auto *L = new Launch();
+    L->spec = *spec;
+    L->kernel_name = spec->kernel_name ? spec->kernel_name : "the kernel";
+    L->spec.kernel_name = L->kernel_name.c_str();
+    dladdr(reinterpret_cast<void *>(spec->entry), &L->module);
+    for (uint32_t i = 0; i < spec->n_buffers; ++i) {
+        DeviceBuffer b;
+        b.spec = spec->buffers[i];
+        L->buffer_names.push_back(b.spec.name ? b.spec.name : "?");
+        b.bytes = b.spec.bytes;
+        b.mapped = round_up(std::max<size_t>(b.bytes, 1), page_size());
+        b.reservation = static_cast<char *>(mmap(nullptr, kReservation, PROT_NONE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+        if (b.reservation == MAP_FAILED) return nullptr;
+        // Shared with the child; the end sits on the no-access rest of the reservation, and the
+        // start is 256-byte aligned as cudaMalloc's is.
+        char *pages = b.reservation + kGuard;
+        if (mmap(pages, b.mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+            return nullptr;
+        b.data = pages + b.mapped - round_up(std::max<size_t>(b.bytes, 1), 256);
+        if (b.bytes) memcpy(b.data, b.spec.host, b.bytes);
+        L->buffers.push_back(b);
+    }
+    for (size_t i = 0; i < L->buffers.size(); ++i) L->buffers[i].spec.name = L->buffer_names[i].c_str();
+    L->pointer_values.resize(spec->n_params);
+    L->args.resize(spec->n_params);
+    for (uint32_t i = 0; i < spec->n_params; ++i) {
+        const int bi = spec->param_buffer[i];
+        if (bi >= 0) {
+            L->pointer_values[i] = L->buffers[size_t(bi)].data;
+            L->args[i] = &L->pointer_values[i];
+        } else {
+            L->args[i] = spec->param_scalar[i];
+        }
+    }
+    L->report_bytes = round_up(sizeof(Report) + spec->printf_limit + 1, page_size());
+    L->report = static_cast<Report *>(mmap(nullptr, L->report_bytes, PROT_READ | PROT_WRITE,
+                                           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    if (L->report == MAP_FAILED) return nullptr;
+    new (L->report) Report();
+    L->report->status = kRunning;
+    return L;
+}
+
+// Fork and run the grid in the child. Returns the child's pid (or -1). `output_fd` receives the
+// child's stdout and stderr (so nothing the kernel's libraries print reaches the notebook's stderr).
+long simt_start(void *handle, int output_fd) {
+    using namespace simt;
+    auto *L = static_cast<Launch *>(handle);
+    fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid != 0) return pid;
+    if (output_fd >= 0) {
+        dup2(output_fd, 1);
+        dup2(output_fd, 2);
+    }
+    g_launch = L;
+    for (auto &b : L->buffers)
+        if (b.spec.readonly) mprotect(b.reservation + kGuard, b.mapped, PROT_READ);
+    child_main();
+    _exit(0);
+}
+
+// After the child has ended: copy buffers back if it succeeded. Returns the report's status
+// (0: never finished, 1: ok, 2: failed).
+int simt_collect(void *handle) {
+    using namespace simt;
+    auto *L = static_cast<Launch *>(handle);
+    const int status = L->report->status.load();
+    if (status == kOk)
+        for (auto &b : L->buffers)
+            if (!b.spec.readonly && b.bytes) memcpy(b.spec.host, b.data, b.bytes);
+    return status;
+}
+
+const char *simt_error(void *handle) { return static_cast<simt::Launch *>(handle)->report->error; }
+const char *simt_printf(void *handle, uint64_t *len, int *truncated) {
+    auto *r = static_cast<simt::Launch *>(handle)->report;
+    *len = r->printf_len;
+    *truncated = r->printf_truncated;
+    return reinterpret_cast<const char *>(r + 1);
+}
+uint64_t simt_elapsed_ns(void *handle) { return static_cast<simt::Launch *>(handle)->report->elapsed_ns; }
+uint32_t simt_blocks_done(void *handle, uint32_t *running) {
+    auto *r = static_cast<simt::Launch *>(handle)->report;
+    for (int i = 0; i < 3; ++i) running[i] = r->block_running[i];
+    return r->blocks_done;
+}
+
+void simt_release(void *handle) {
+    using namespace simt;
+    auto *L = static_cast<Launch *>(handle);
+    for (auto &b : L->buffers) munmap(b.reservation, kReservation);
+    munmap(L->report, L->report_bytes);
+    delete L;
+}
+}
