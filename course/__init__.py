@@ -18,6 +18,21 @@ from .exercises import EXERCISES, check  # noqa: E402
 from .inputs import Case, make_qkv, standard_cases  # noqa: E402
 from .reference import attention, attention_backward  # noqa: E402
 
+
+def _register_magics() -> None:
+    """``%%cuda`` and ``%%metal`` cells, when running inside IPython/Jupyter."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ipython = get_ipython()
+    if ipython is not None:
+        from .simt.magic import register
+        register(ipython)
+
+
+_register_magics()
+
 __all__ = ["check", "EXERCISES", "CheckFailed", "CourseError", "Case", "make_qkv", "standard_cases",
            "attention", "attention_backward", "reference", "roofline", "tiers"]
 __version__ = "0.1.0"

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from .budget import attention_budget, plain_attention
-from .errors import CheckFailed, learner_traceback, root_cause
+from .errors import CheckFailed, CourseError, learner_traceback, root_cause
 from .inputs import Case
 from .isolation import note_progress
 from .racecheck import RaceError, racecheck
@@ -67,6 +67,8 @@ def _call(exercise: str, fn: Callable[..., Any], args: tuple, kwargs: dict, case
         raise
     except RaceError as exc:
         raise CheckFailed(f"{exercise}: a data race on {case_text}:\n  {exc}") from None
+    except CourseError as exc:  # e.g. the CPU runtime stopping a CUDA/Metal kernel: its message says why
+        raise CheckFailed(f"{exercise}: on {case_text}:\n  {exc}") from None
     except Exception as exc:  # the learner's code failed: show their frames only
         if isinstance(root_cause(exc), NotImplementedError):
             raise CheckFailed(f"{exercise}: not implemented yet (your code raised NotImplementedError).\n"

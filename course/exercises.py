@@ -27,6 +27,8 @@ class Exercise:
     run: Callable[..., Report]
     isolated: bool = False
     """Run in a child process: for learner kernels, which can crash the process that runs them."""
+    takes: str = "function"
+    """What the learner hands in: a Python function, or the kernel module a %%cuda / %%metal cell made."""
 
 
 def _ratio_hint(ratio: float, text: str):
@@ -111,6 +113,23 @@ def _naive_triton(fn, cases: Iterable[Case] | None = None) -> Report:
     report = check_attention("01.naive_triton", fn, cases, **where)
     check_attention("01.naive_triton", fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
     return report
+
+
+def _naive_simt(exercise: str):
+    """Lesson 01's kernel in CUDA C or Metal, run on the CPU SIMT runtime with memcheck, racecheck and
+    a random schedule (``module`` is the RawModule a ``%%cuda`` / ``%%metal`` cell made)."""
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from . import simt_track
+        fn = simt_track.attention_function(module, **simt_track.GRADING_LAUNCH)
+        if cases is None:
+            cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(65, 65, 64, seed=2),
+                     Case(33, 33, 128, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(70, 6, 16, seed=6),
+                     Case(24, 24, 32, kind="constant_rows", seed=7)]
+        tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
+        report = check_attention(exercise, fn, cases, tier=tier)
+        check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, tier=tier)
+        return report
+    return run
 
 
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
@@ -230,6 +249,10 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("01.attention_torch", "Standard attention in PyTorch", _attention_torch),
     Exercise("01.naive_bytes_read", "Bytes read by the naive kernel", _naive_bytes),
     Exercise("01.naive_triton", "The naive attention kernel in Triton", _naive_triton, isolated=True),
+    Exercise("01.naive_cuda", "The naive attention kernel in CUDA C", _naive_simt("01.naive_cuda"), isolated=True,
+             takes="kernel module"),
+    Exercise("01.naive_metal", "The naive attention kernel in Metal", _naive_simt("01.naive_metal"), isolated=True,
+             takes="kernel module"),
     Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
     Exercise("02.online_softmax", "A row softmax with the online normalizer", _online_softmax, isolated=True),
     Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",
@@ -258,9 +281,14 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     if exercise not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
-    if not callable(candidate):
-        raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
     chosen = EXERCISES[exercise]
+    if chosen.takes == "kernel module":
+        from .simt import RawModule
+        if not isinstance(candidate, RawModule):
+            raise CheckFailed(f"{exercise}: expected the kernels your %%cuda / %%metal cell compiled (the name after "
+                              f"the magic), got {type(candidate).__name__}. Run that cell first.")
+    elif not callable(candidate):
+        raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
     if chosen.isolated:
         report = run_isolated(lambda: chosen.run(candidate, **options), exercise)
     else:

@@ -40,4 +40,20 @@ def attention_torch(q, k, v, scale=None):
                          ("correction = tl.exp(m - m_new)", "correction = 1.0"))),
     WrongSolution(_A, "naive_triton", "head-dim-truncated", "loads only the first 16 columns of each row",
                   edits=(("in_row = cols < head_dim", "in_row = cols < 16"),)),
+    # -- exercise 4: the naive kernel in CUDA C (run on the CPU runtime with memcheck and racecheck) --
+    WrongSolution(_A, "naive_cuda", "missing-rescale", "never rescales l and acc when the max grows",
+                  edits=(("const float correction = expf(m - m_new);", "const float correction = 1.0f;"),)),
+    WrongSolution(_A, "naive_cuda", "unguarded-row", "lets the spare threads of the last block read past the end of q",
+                  edits=(("    if (row >= n_q) return;  // the last block may have more threads than rows\n", ""),)),
+    WrongSolution(_A, "naive_cuda", "stale-max", "computes a new max but never stores it",
+                  edits=(("        m = m_new;\n", ""),)),
+    WrongSolution(_A, "naive_cuda", "does-not-compile", "leaves a syntax error in the kernel",
+                  edits=(("score *= scale;", "score *= scale"),)),
+    # -- exercise 5: the naive kernel in Metal ----------------------------------------------------
+    WrongSolution(_A, "naive_metal", "missing-rescale", "never rescales l and acc when the max grows",
+                  edits=(("const float correction = exp(m - m_new);", "const float correction = 1.0f;"),)),
+    WrongSolution(_A, "naive_metal", "unguarded-row", "lets the spare threads of the rounded-up dispatch read past q",
+                  edits=(("    if (row >= n_q) return;  // the dispatch is rounded up to whole threadgroups\n", ""),)),
+    WrongSolution(_A, "naive_metal", "last-key-skipped", "stops the key loop one early",
+                  edits=(("for (uint j = 0; j < n_k; ++j) {", "for (uint j = 0; j + 1 < n_k; ++j) {"),)),
 ]

@@ -202,7 +202,8 @@ def _metal_threadgroup_declarations(source: str) -> str:
     return "".join(out)
 
 
-def translation_unit(source: str, display_path: str, language: str, kernels: list[KernelDecl]) -> str:
+def translation_unit(source: str, display_path: str, language: str, kernels: list[KernelDecl],
+                     first_line: int = 1) -> str:
     """The C++ that g++ compiles: header, the learner's text under #line, generated entry points."""
     if language == "cuda" and re.search(r"<<<", _blank_comments(source)):
         raise KernelCompileError(
@@ -211,7 +212,7 @@ def translation_unit(source: str, display_path: str, language: str, kernels: lis
     header = LANGUAGES[language][1]
     body = _metal_threadgroup_declarations(source) if language == "metal" else source
     quoted = display_path.replace("\\", "/").replace('"', '\\"')
-    lines = [f'#include "{header}"', f'#line 1 "{quoted}"', body, "", '#line 1 "<simt-generated>"']
+    lines = [f'#include "{header}"', f'#line {first_line} "{quoted}"', body, "", '#line 1 "<simt-generated>"']
     if language == "cuda":
         shared = {}
         for m in _EXTERN_SHARED.finditer(_blank_comments(source)):
@@ -275,12 +276,19 @@ def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
         raise KernelCompileError(f"{what} took more than 5 minutes; gave up.") from None
 
 
-def _runtime_object(language: str) -> Path:
-    out = cache_dir() / f"runtime-{_toolchain_digest()}.o"
+def _runtime_flags() -> list[str]:
+    # COURSE_SIMT_UCONTEXT=1 switches fibers to the portable ucontext implementation (the default on
+    # anything but x86-64); the tests run both.
+    return ["-DSIMT_USE_UCONTEXT"] if os.environ.get("COURSE_SIMT_UCONTEXT") == "1" else []
+
+
+def _runtime_object() -> Path:
+    flags = _runtime_flags()
+    out = cache_dir() / f"runtime-{_toolchain_digest()}{'-ucontext' if flags else ''}.o"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp.o")
-        res = _run([compiler(), *COMMON_FLAGS, "-O2", "-g", f"-I{INCLUDE}", "-c", str(RUNTIME_SOURCE),
+        res = _run([compiler(), *COMMON_FLAGS, *flags, "-O2", "-g", f"-I{INCLUDE}", "-c", str(RUNTIME_SOURCE),
                     "-o", str(tmp)], "compiling the runtime")
         if res.returncode != 0:
             raise KernelCompileError("the course's SIMT runtime itself failed to compile:\n" + res.stderr[-4000:])
@@ -299,17 +307,18 @@ def _learner_diagnostics(stderr: str, display_path: str) -> str:
     return text
 
 
-def build(source: str, display_path: str, language: str, kernels: list[KernelDecl], checked: bool) -> Path:
+def build(source: str, display_path: str, language: str, kernels: list[KernelDecl], checked: bool,
+          first_line: int = 1) -> Path:
     """The shared library for ``source`` (compiled now, or taken from the cache)."""
     if language not in LANGUAGES:
         raise KernelCompileError(f"unknown kernel language {language!r}; use 'cuda' or 'metal'")
-    tu = translation_unit(source, display_path, language, kernels)
+    tu = translation_unit(source, display_path, language, kernels, first_line)
     flags = COMMON_FLAGS + (CHECKED_FLAGS if checked else FAST_FLAGS)
-    key = hashlib.sha256("\0".join([tu, language, *flags, _toolchain_digest()]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([tu, language, *flags, *_runtime_flags(), _toolchain_digest()]).encode()).hexdigest()[:24]
     out = cache_dir() / f"{language}-{key}{'-checked' if checked else ''}.so"
     if out.exists():
         return out
-    runtime = _runtime_object(language)
+    runtime = _runtime_object()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         cpp, obj, lib = Path(tmp) / "kernel.cpp", Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"

@@ -160,7 +160,7 @@ class RawModule:
     """A ``.cu`` or ``.metal`` source compiled for the CPU runtime (like ``cupy.RawModule``)."""
 
     def __init__(self, code: str | None = None, *, path: str | os.PathLike | None = None,
-                 language: str | None = None, name: str | None = None):
+                 language: str | None = None, name: str | None = None, first_line: int = 1):
         if (code is None) == (path is None):
             raise KernelCompileError("give the kernel source as code=... or as path=..., not both")
         if path is not None:
@@ -177,13 +177,15 @@ class RawModule:
             raise KernelCompileError(f"cannot tell the kernel language of {path}; pass language='cuda' or 'metal'")
         self.code: str = code  # type: ignore[assignment]
         self.language = language
+        self.first_line = first_line
         self.kernels = {k.name: k for k in find_kernels(self.code, language, self.display_path)}
         self._libs: dict[bool, _Library] = {}
         self._library(checked=False)  # compile errors show up now, not at the first launch
 
     def _library(self, checked: bool) -> _Library:
         if checked not in self._libs:
-            path = build(self.code, self.display_path, self.language, list(self.kernels.values()), checked)
+            path = build(self.code, self.display_path, self.language, list(self.kernels.values()), checked,
+                         first_line=self.first_line)
             self._libs[checked] = _Library(path)
         return self._libs[checked]
 
