@@ -238,6 +238,10 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
     wall_limit = (timeout + 30) * (code_cells + 1) + 120.0
 
     course = _prepare_course(workdir, assignment, source_notebook, timeout, sandbox, say)
+    # Every CUDA/Metal exercise links the same SIMT runtime object: build it once, here, where the
+    # course package is writable, instead of once per submission inside read-only sandboxes.
+    from course.simt.compiler import prebuild_runtime
+    prebuild_runtime()
     try:
         found = collect(Path(submissions), course.root / "unpacked", assignment, source_notebook.name,
                         exercise_ids(source))

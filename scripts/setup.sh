@@ -45,13 +45,15 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
-# System packages, only those missing and only for who needs them (a learner running `make lab`
-# needs none): bubblewrap for grading (the sandbox of `python -m autograder grade`), and for --test
-# also Debian's Chromium (the browser test drives it through Playwright; Playwright's own browser
-# download is not used).
+# System packages, only those missing and only for who needs them: g++ and binutils for everyone
+# (the CPU runtime compiles CUDA C and Metal kernels with g++; addr2line names their source lines),
+# bubblewrap for grading (the sandbox of `python -m autograder grade`), and for --test also Debian's
+# Chromium (the browser test drives it through Playwright; Playwright's own browser download is not used).
 packages=""
+command -v g++ >/dev/null 2>&1 || packages="g++"
+command -v addr2line >/dev/null 2>&1 || packages="$packages binutils"
 if [ $want_test = 1 ] || [ $want_grade = 1 ]; then
-    command -v bwrap >/dev/null 2>&1 || packages="bubblewrap"
+    command -v bwrap >/dev/null 2>&1 || packages="$packages bubblewrap"
 fi
 [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1 && packages="$packages chromium"
 packages=${packages# }
@@ -62,7 +64,7 @@ if [ -n "$packages" ]; then
         $SUDO apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $packages >/dev/null
     else
-        echo "setup: no apt-get here; install $packages yourself (without bubblewrap, grading needs" \
+        echo "setup: no apt-get here; install $packages yourself (without g++, CUDA C and Metal kernels cannot run on the CPU; without bubblewrap, grading needs" \
              "--no-sandbox; without chromium, the browser test is skipped)." >&2
     fi
 fi

@@ -385,3 +385,43 @@ def test_ucontext_fibers_give_the_same_results(tmp_path):
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
     assert any("ucontext" in p.name for p in compiler.cache_dir().glob("runtime-*.o"))
+
+
+def test_a_write_after_many_reads_names_another_thread_as_the_reader():
+    """Threads 0-31 read s[0], then thread 31 overwrites it: the race is with one of threads 0-30."""
+    src = r"""
+__global__ void war(float* out) {
+    __shared__ float s[32];
+    s[threadIdx.x] = 1.0f;
+    __syncthreads();
+    float x = s[0];
+    if (threadIdx.x == 31) s[0] = 2.0f;
+    out[threadIdx.x] = x;
+}
+"""
+    with pytest.raises(KernelLaunchError) as err:
+        RawKernel(src, "war")(1, 32, (np.zeros(32, np.float32),), check="racecheck")
+    msg = str(err.value)
+    assert "then thread (31,0,0) of block (0,0,0) wrote it at line 7" in msg
+    assert "thread (31,0,0) of block (0,0,0) read it" not in msg
+
+
+def test_memcheck_bounds_checks_static_shared_and_local_arrays():
+    src = r"""
+__global__ void tile_overrun(float* out, int extra_tile, int extra_local) {
+    __shared__ float tile[32];
+    float local[8];
+    tile[threadIdx.x + extra_tile] = 1.0f;
+    for (int i = 0; i < 8 + extra_local; ++i) local[i] = tile[threadIdx.x];
+    out[threadIdx.x] = local[0];
+}
+"""
+    kernel = RawKernel(src, "tile_overrun")
+    out = np.zeros(32, np.float32)
+    kernel(1, 32, (out, 0, 0), check="memcheck")
+    assert (out == 1.0).all()
+    with pytest.raises(KernelLaunchError, match=r"index 32 is outside an array of type 'float \[32\]' at line 5 "
+                                                r"of kernel.cu \(thread \(31,0,0\)"):
+        kernel(1, 32, (out, 1, 0), check="memcheck")
+    with pytest.raises(KernelLaunchError, match=r"index 8 is outside an array of type 'float \[8\]' at line 6"):
+        kernel(1, 32, (out, 0, 1), check="memcheck")

@@ -160,7 +160,8 @@ class RawModule:
     """A ``.cu`` or ``.metal`` source compiled for the CPU runtime (like ``cupy.RawModule``)."""
 
     def __init__(self, code: str | None = None, *, path: str | os.PathLike | None = None,
-                 language: str | None = None, name: str | None = None, first_line: int = 1):
+                 language: str | None = None, name: str | None = None, first_line: int = 1,
+                 compile_now: str | None = "fast"):
         if (code is None) == (path is None):
             raise KernelCompileError("give the kernel source as code=... or as path=..., not both")
         if path is not None:
@@ -180,7 +181,10 @@ class RawModule:
         self.first_line = first_line
         self.kernels = {k.name: k for k in find_kernels(self.code, language, self.display_path)}
         self._libs: dict[bool, _Library] = {}
-        self._library(checked=False)  # compile errors show up now, not at the first launch
+        # Compile errors show up now, not at the first launch. ``compile_now="checked"`` builds the
+        # instrumented library first (what a check launches), None defers both builds.
+        if compile_now is not None:
+            self._library(checked=compile_now == "checked")
 
     def _library(self, checked: bool) -> _Library:
         if checked not in self._libs:

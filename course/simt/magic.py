@@ -23,8 +23,10 @@ def _compile_cell(language: str, line: str, cell: str, namespace: dict) -> None:
         raise CourseError(f"write the name the compiled kernels should get after the magic, e.g. "
                           f"`%%{language} my_kernels` (got {name!r})")
     suffix = ".cu" if language == "cuda" else ".metal"
-    # Line 1 of the cell is the magic itself, so the source starts at line 2.
-    namespace[name] = RawModule(code=cell, language=language, name=f"{name}{suffix}", first_line=2)
+    # Line 1 of the cell is the magic itself, so the source starts at line 2. The checked build is the
+    # one course.check launches, so it is the one compiled now (the fast one waits for a plain launch).
+    namespace[name] = RawModule(code=cell, language=language, name=f"{name}{suffix}", first_line=2,
+                                compile_now="checked")
 
 
 def register(ipython) -> None:
