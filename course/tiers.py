@@ -93,19 +93,35 @@ def _apple_metal() -> tuple[bool, str]:
     return True, "Apple GPU through PyObjC's Metal API"
 
 
+def _cxx_version() -> str | None:
+    """The C++ compiler the CPU runtime would use, as ``g++ 12.2.0``; None when there is none."""
+    from .simt.compiler import KernelCompileError, compiler
+    try:
+        cxx = compiler()
+        first = subprocess.run([cxx, "-dumpfullversion"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (KernelCompileError, OSError, subprocess.TimeoutExpired):
+        return None
+    return f"{os.path.basename(cxx)} {first}".strip()
+
+
 def detect_tiers() -> list[Tier]:
     """Every tier the course knows, whether this machine has it, and what it needs if not."""
     triton = _version("triton")
     gpu = _cuda_gpu()
     nvcc = _nvcc_version()
     metal_ok, metal_detail = _apple_metal()
+    cxx = _cxx_version()
     return [
         Tier("Triton interpreter (CPU)", triton is not None,
              f"triton {triton}" if triton else "needs the triton package (Linux wheels only): pip install triton"),
         Tier("Triton native (GPU)", triton is not None and gpu is not None,
              f"{gpu}" if (triton and gpu) else "needs an NVIDIA (CUDA) or AMD (ROCm) GPU with a matching PyTorch and triton"),
-        Tier("CUDA C on the CPU runtime", False, "not part of this release yet (lessons 00-01 use Triton only)"),
-        Tier("Metal on the CPU runtime", False, "not part of this release yet (lessons 00-01 use Triton only)"),
+        Tier("CUDA C on the CPU runtime", cxx is not None,
+             f"{cxx} compiles kernels; threads run as fibers, with memcheck and racecheck" if cxx
+             else "needs a C++ compiler: apt-get install g++ (make lab installs it)"),
+        Tier("Metal on the CPU runtime", cxx is not None,
+             f"{cxx} compiles kernels through the course's Metal front end" if cxx
+             else "needs a C++ compiler: apt-get install g++ (make lab installs it)"),
         Tier("nvcc compile gate", nvcc is not None, nvcc or "needs the CUDA toolkit's nvcc on PATH"),
         Tier("CUDA GPU", gpu is not None, gpu or "no CUDA device visible to PyTorch"),
         Tier("Apple Metal GPU", metal_ok, metal_detail),

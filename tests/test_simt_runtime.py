@@ -425,3 +425,25 @@ __global__ void tile_overrun(float* out, int extra_tile, int extra_local) {
         kernel(1, 32, (out, 1, 0), check="memcheck")
     with pytest.raises(KernelLaunchError, match=r"index 8 is outside an array of type 'float \[8\]' at line 6"):
         kernel(1, 32, (out, 0, 1), check="memcheck")
+
+
+def test_racecheck_accepts_a_compare_and_swap_loop_but_not_a_plain_write_beside_atomics():
+    src = r"""
+__global__ void cas_add(float* total) {
+    int* bits = (int*)total;
+    float old = *total;  // a plain read racing an atomic update: re-checked by the CAS below
+    int seen;
+    while ((seen = atomicCAS(bits, __float_as_int(old), __float_as_int(old + 1.0f))) != __float_as_int(old))
+        old = __int_as_float(seen);
+}
+
+__global__ void mixed(float* total) {
+    if (blockIdx.x == 0) atomicAdd(total, 1.0f);
+    else total[0] = 5.0f;
+}
+"""
+    total = np.zeros(1, np.float32)
+    RawKernel(src, "cas_add")((6,), (32,), (total,), check="racecheck", schedule="random", seed=2)
+    assert total[0] == 6 * 32
+    with pytest.raises(KernelLaunchError, match=r"data race on `total` element 0: .* updated atomically it"):
+        RawKernel(src, "mixed")((2,), (1,), (np.zeros(1, np.float32),), check="racecheck")

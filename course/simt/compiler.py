@@ -210,7 +210,12 @@ def translation_unit(source: str, display_path: str, language: str, kernels: lis
             f"{display_path}: `<<<...>>>` launches are host code; in this course kernels are launched from "
             f"Python (course.simt.RawKernel), so the file should hold only device code.")
     header = LANGUAGES[language][1]
-    body = _metal_threadgroup_declarations(source) if language == "metal" else source
+    body = source
+    if language == "metal":
+        body = _metal_threadgroup_declarations(source)
+        # `threadgroup` is an empty macro, which would leave `[[(0)]]`: rename the attribute first
+        # (g++ ignores attributes it does not know; the parameter's kind was read from the source).
+        body = re.sub(r"\[\[\s*threadgroup\s*\(", "[[simt_threadgroup(", body)
     quoted = display_path.replace("\\", "/").replace('"', '\\"')
     lines = [f'#include "{header}"', f'#line {first_line} "{quoted}"', body, "", '#line 1 "<simt-generated>"']
     if language == "cuda":
@@ -254,10 +259,12 @@ def compiler() -> str:
 
 
 @lru_cache(maxsize=None)
-def _toolchain_digest() -> str:
+def _toolchain_digest(language: str | None = None) -> str:
+    """Compiler version, runtime and core headers, and (given a language) that front end's headers."""
     h = hashlib.sha256()
     h.update(subprocess.run([compiler(), "--version"], capture_output=True, text=True).stdout.encode())
-    for path in sorted(INCLUDE.rglob("*")) + [RUNTIME_SOURCE]:
+    front_end = sorted((INCLUDE / LANGUAGES[language][0]).rglob("*")) if language else []
+    for path in sorted(INCLUDE.glob("*")) + front_end + [RUNTIME_SOURCE]:
         if path.is_file():
             h.update(path.name.encode())
             h.update(path.read_bytes())
@@ -332,7 +339,8 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
         raise KernelCompileError(f"unknown kernel language {language!r}; use 'cuda' or 'metal'")
     tu = translation_unit(source, display_path, language, kernels, first_line)
     flags = COMMON_FLAGS + (CHECKED_FLAGS if checked else FAST_FLAGS)
-    key = hashlib.sha256("\0".join([tu, language, *flags, *_runtime_flags(), _toolchain_digest()]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([tu, language, *flags, *_runtime_flags(), _toolchain_digest(language)]).encode()
+                         ).hexdigest()[:24]
     out = cache_dir() / f"{language}-{key}{'-checked' if checked else ''}.so"
     if out.exists():
         return out

@@ -53,7 +53,9 @@ inline float half_bits_to_float(uint16_t h) {
 
 struct half {
     uint16_t bits;
-    half() = default;
+    // Zero, and constexpr: a `__shared__ half tile[N]` / `threadgroup half tile[N]` is then
+    // constant-initialised, with no hidden "initialised yet?" guard that every thread would touch.
+    constexpr half() : bits(0) {}
     half(float f) : bits(float_to_half_bits(f)) {}
     half(double d) : bits(float_to_half_bits(static_cast<float>(d))) {}
     half(int i) : bits(float_to_half_bits(static_cast<float>(i))) {}

@@ -653,7 +653,9 @@ void check_shadow(Worker &w, Shadow &sh, int access, const void *pc, const std::
     const uint64_t me = w.block_linear * per_block + f.t.linear + 1;
     const uint32_t e = w.barrier_epoch, we = w.warp_epoch[f.t.warp];
     auto other_block = [&](uint64_t then) { return (then - 1) / per_block != (me - 1) / per_block; };
-    if (sh.w_thread && !(access == kAtomic && sh.w_atomic) && !ordered(w, f, me, sh.w_thread, sh.w_epoch, sh.w_wepoch))
+    // An atomic update conflicts only with plain writes, and a read only with plain writes too: a read
+    // racing an atomic update is the first step of every compare-and-swap loop, which re-checks it.
+    if (sh.w_thread && !(sh.w_atomic && access != kWrite) && !ordered(w, f, me, sh.w_thread, sh.w_epoch, sh.w_wepoch))
         race(where, sh.w_atomic ? "updated atomically" : "wrote", sh.w_thread, sh.w_pc, access, f, pc,
              other_block(sh.w_thread));
     if (access == kRead) {

@@ -50,8 +50,8 @@ template <class T> struct Elem {
     Elem(const U &u) : v(static_cast<T>(u)) {}
 };
 
-// Out of line and never inlined: its return address is in the kernel, so the report names the
-// kernel's line.
+// Out of line and never inlined: its return address lies in the kernel's code (where the checking
+// copy was inlined), so the report names the kernel's line.
 [[noreturn]] SIMT_RUNTIME_FN __attribute__((cold)) inline void misaligned_vector(const void *dst, const void *src,
                                                                                  unsigned align, const char *type) {
     const bool load = reinterpret_cast<uintptr_t>(src) % align != 0;

@@ -143,8 +143,12 @@ template <class V, int... I> struct swizzle {
 };
 
 // Element storage: one union per length, so that .x, .r, .xy etc. name the same elements.
+// The elements start zeroed by a constexpr constructor: a kernel-scope `threadgroup float4 t[N];`
+// becomes a block-scope thread_local, and only a constant-initialised one gets no guard variable
+// (whose instrumented accesses would look like threads racing on threadgroup memory).
 template <class T, int N> struct vec_base;
 template <class T> struct vec_base<T, 2> {
+    constexpr vec_base() : s{} {}
     union {
         T s[2];
         struct { T x, y; };
@@ -152,6 +156,7 @@ template <class T> struct vec_base<T, 2> {
     };
 };
 template <class T> struct vec_base<T, 3> {
+    constexpr vec_base() : s{} {}
     union {
         T s[3];
         struct { T x, y, z; };
@@ -161,6 +166,7 @@ template <class T> struct vec_base<T, 3> {
     };
 };
 template <class T> struct vec_base<T, 4> {
+    constexpr vec_base() : s{} {}
     union {
         T s[4];
         struct { T x, y, z, w; };
@@ -234,11 +240,11 @@ struct alignas(sizeof(T) * (N == 3 ? 4 : N)) vec : simt_impl::vec_base<T, N> {
         return *this;
     }
 
-    T &operator[](long i) {
+    __attribute__((always_inline)) T &operator[](long i) {
         if (static_cast<unsigned long>(i) >= static_cast<unsigned long>(N)) simt_impl::bad_index(simt_impl::scalar_name<T>(), N, i);
         return s[i];
     }
-    const T &operator[](long i) const {
+    __attribute__((always_inline)) const T &operator[](long i) const {
         if (static_cast<unsigned long>(i) >= static_cast<unsigned long>(N)) simt_impl::bad_index(simt_impl::scalar_name<T>(), N, i);
         return s[i];
     }
@@ -262,7 +268,7 @@ struct alignas(sizeof(T) * (N == 3 ? 4 : N)) vec : simt_impl::vec_base<T, N> {
         for (int i = 0; i < N; ++i) a.s[i] = T(c op a.s[i]);                                                 \
         return a;                                                                                             \
     }                                                                                                         \
-    vec &operator op##=(vec b) {                                                                              \
+    __attribute__((always_inline)) vec &operator op##=(vec b) {                                               \
         check_aligned(this, "write");                                                                         \
         for (int i = 0; i < N; ++i) s[i] = T(s[i] op b.s[i]);                                                \
         return *this;                                                                                         \
@@ -983,7 +989,7 @@ template <class T> struct atomic {
                       std::is_same_v<T, bool>,
                   "Metal has atomic_int, atomic_uint, atomic_bool and atomic_float");
     T value;
-    atomic() = default;
+    constexpr atomic() : value() {}  // constant-initialised: see vec_base
     atomic(const atomic &) = delete;
     atomic &operator=(const atomic &) = delete;
 };
@@ -996,10 +1002,16 @@ namespace simt_impl {
 template <class T> struct id { using type = T; };
 template <class T> using id_t = typename id<T>::type;  // keeps an argument out of template deduction
 
-template <class T> inline T *atomic_address(const volatile atomic<T> *obj) {
+// Helpers of the SIMT_RUNTIME_FN functions below. They carry the same no-sanitize attributes so that
+// GCC inlines them there (it does not inline across differing sanitizer attributes), which keeps
+// their atomic instructions out of the checked build's instrumentation: the accesses are reported
+// once, as atomic, by note_atomic.
+#define SIMT_MSL_UNCHECKED_INLINE __attribute__((always_inline, no_sanitize_thread, no_sanitize_address)) inline
+
+template <class T> SIMT_MSL_UNCHECKED_INLINE T *atomic_address(const volatile atomic<T> *obj) {
     return const_cast<T *>(&obj->value);
 }
-inline void note_atomic(const void *p, std::size_t bytes, const void *pc) {
+SIMT_MSL_UNCHECKED_INLINE void note_atomic(const void *p, std::size_t bytes, const void *pc) {
 #if SIMT_CHECKED
     simt::note_access(p, bytes, simt::kAtomic, pc);
 #else
@@ -1007,15 +1019,26 @@ inline void note_atomic(const void *p, std::size_t bytes, const void *pc) {
 #endif
 }
 
-// fetch-and-op on a float, or an op the compiler has no builtin for: a compare-and-swap loop on the bits.
-template <class T, class F> inline T cas_loop(T *p, F op) {
-    using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint8_t>;
-    Bits *bits = reinterpret_cast<Bits *>(p);
-    Bits old = __atomic_load_n(bits, __ATOMIC_RELAXED);
+enum class rmw { add, sub, max, min };
+
+// An update with no atomic instruction of its own (float add/sub, max, min): a compare-and-swap loop
+// on the value's bits.
+template <class T> SIMT_MSL_UNCHECKED_INLINE T cas_loop(T *p, T operand, rmw op) {
+    static_assert(sizeof(T) == 4, "32-bit atomics only");
+    std::uint32_t *bits = reinterpret_cast<std::uint32_t *>(p);
+    std::uint32_t old = __atomic_load_n(bits, __ATOMIC_RELAXED);
     for (;;) {
-        const T next = op(as_type<T>(old));
-        if (__atomic_compare_exchange_n(bits, &old, as_type<Bits>(next), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-            return as_type<T>(old);
+        T value, next;
+        __builtin_memcpy(&value, &old, 4);
+        switch (op) {
+        case rmw::add: next = value + operand; break;
+        case rmw::sub: next = value - operand; break;
+        case rmw::max: next = value < operand ? operand : value; break;
+        default: next = operand < value ? operand : value; break;
+        }
+        std::uint32_t next_bits;
+        __builtin_memcpy(&next_bits, &next, 4);
+        if (__atomic_compare_exchange_n(bits, &old, next_bits, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return value;
     }
 }
 }  // namespace simt_impl
@@ -1061,7 +1084,7 @@ SIMT_RUNTIME_FN T atomic_fetch_add_explicit(volatile atomic<T> *obj, simt_impl::
     static_assert(!std::is_same_v<T, bool>, "atomic_bool has no fetch_add");
     T *p = simt_impl::atomic_address(obj);
     simt_impl::note_atomic(p, sizeof(T), SIMT_PC());
-    if constexpr (std::is_same_v<T, float>) return simt_impl::cas_loop(p, [operand](float v) { return v + operand; });
+    if constexpr (std::is_same_v<T, float>) return simt_impl::cas_loop(p, operand, simt_impl::rmw::add);
     else return __atomic_fetch_add(p, operand, __ATOMIC_RELAXED);
 }
 
@@ -1070,7 +1093,7 @@ SIMT_RUNTIME_FN T atomic_fetch_sub_explicit(volatile atomic<T> *obj, simt_impl::
     static_assert(!std::is_same_v<T, bool>, "atomic_bool has no fetch_sub");
     T *p = simt_impl::atomic_address(obj);
     simt_impl::note_atomic(p, sizeof(T), SIMT_PC());
-    if constexpr (std::is_same_v<T, float>) return simt_impl::cas_loop(p, [operand](float v) { return v - operand; });
+    if constexpr (std::is_same_v<T, float>) return simt_impl::cas_loop(p, operand, simt_impl::rmw::sub);
     else return __atomic_fetch_sub(p, operand, __ATOMIC_RELAXED);
 }
 
@@ -1084,12 +1107,13 @@ SIMT_RUNTIME_FN T atomic_fetch_sub_explicit(volatile atomic<T> *obj, simt_impl::
         simt_impl::note_atomic(p, sizeof(T), SIMT_PC());                                                         \
         body;                                                                                                    \
     }
-SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_max_explicit, return simt_impl::cas_loop(p, [operand](T v) { return v < operand ? operand : v; }))
-SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_min_explicit, return simt_impl::cas_loop(p, [operand](T v) { return operand < v ? operand : v; }))
+SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_max_explicit, return simt_impl::cas_loop(p, operand, simt_impl::rmw::max))
+SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_min_explicit, return simt_impl::cas_loop(p, operand, simt_impl::rmw::min))
 SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_and_explicit, return __atomic_fetch_and(p, operand, __ATOMIC_RELAXED))
 SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_or_explicit, return __atomic_fetch_or(p, operand, __ATOMIC_RELAXED))
 SIMT_MSL_ATOMIC_INT_OP(atomic_fetch_xor_explicit, return __atomic_fetch_xor(p, operand, __ATOMIC_RELAXED))
 #undef SIMT_MSL_ATOMIC_INT_OP
+#undef SIMT_MSL_UNCHECKED_INLINE
 
 #undef SIMT_MSL_WHERE
 #undef SIMT_MSL_WHERE_FMT
