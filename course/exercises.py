@@ -132,6 +132,30 @@ def _naive_simt(exercise: str):
     return run
 
 
+def _ladder_simt(exercise: str):
+    """A forward step of the CUDA C ladder on the CPU SIMT runtime (course.simt_track.check_step)."""
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from . import simt_track
+        if cases is None:
+            return simt_track.check_step(exercise, module)
+        return simt_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+    return run
+
+
+def _backward_simt(exercise: str, kind: str):
+    """Lesson 07's backward in CUDA C on the CPU SIMT runtime: memcheck, racecheck, random schedule."""
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from . import cuda_backward, simt_track
+        launch = cuda_backward.backward_atomic if kind == "atomic" else cuda_backward.backward_split
+        cases = cases or [Case(17, 40, 16, causal=True, seed=1), Case(1, 1, 16),
+                          Case(65, 17, 32, causal=True, seed=2), Case(33, 20, 128, kind="peaky", seed=3)]
+
+        def fn(*args, **kwargs):
+            return launch(module, *args, **kwargs, **simt_track.GRADING_LAUNCH)
+        return check_backward(exercise, fn, cases, tier="CPU SIMT runtime (memcheck + racecheck, random schedule)")
+    return run
+
+
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
 # Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
 # races between programs (the interpreter runs programs one by one, so a race would go unseen).
@@ -253,6 +277,20 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              takes="kernel module"),
     Exercise("01.naive_metal", "The naive attention kernel in Metal", _naive_simt("01.naive_metal"), isolated=True,
              takes="kernel module"),
+    Exercise("02.warp_cuda", "One warp per query row with warp shuffles (CUDA C)", _ladder_simt("02.warp_cuda"),
+             isolated=True, takes="kernel module"),
+    Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", _ladder_simt("03.tiled_cuda"),
+             isolated=True, takes="kernel module"),
+    Exercise("04.double_buffer_cuda", "float4 accesses and double-buffered tiles (CUDA C)",
+             _ladder_simt("04.double_buffer_cuda"), isolated=True, takes="kernel module"),
+    Exercise("05.wmma_cuda", "Both matmuls on tensor cores with wmma (CUDA C)", _ladder_simt("05.wmma_cuda"),
+             isolated=True, takes="kernel module"),
+    Exercise("06.causal_cuda", "Causal masking: skip the future, mask the diagonal (CUDA C)",
+             _ladder_simt("06.causal_cuda"), isolated=True, takes="kernel module"),
+    Exercise("07.backward_atomic_cuda", "The backward pass with dQ by atomicAdd (CUDA C)",
+             _backward_simt("07.backward_atomic_cuda", "atomic"), isolated=True, takes="kernel module"),
+    Exercise("07.backward_split_cuda", "The atomic-free backward: dK/dV and dQ in separate kernels (CUDA C)",
+             _backward_simt("07.backward_split_cuda", "split"), isolated=True, takes="kernel module"),
     Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
     Exercise("02.online_softmax", "A row softmax with the online normalizer", _online_softmax, isolated=True),
     Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",

@@ -67,3 +67,15 @@ def test_launcher_refuses_shapes_the_kernel_cannot_take():
     q, k, v = course.make_qkv(4, 160, seed=0)
     with pytest.raises(course.CourseError, match="D = 160 is too large"):
         simt_track.naive_attention(module, q, k, v)
+
+
+@pytest.mark.parametrize("exercise, module", [
+    ("03.tiled_cuda", lambda: simt_track.module_for("03.tiled_cuda")),
+    ("07.backward_split_cuda", lambda: __import__("course.cuda_backward", fromlist=["x"]).module_for("split")),
+])
+def test_ladder_exercises_are_checked_by_id(exercise, module):
+    """The later CUDA steps are exercises too: course.check takes the compiled module, like lesson 01's."""
+    report = course.check(exercise, module(), cases=[Case(17, 20, 16, causal=exercise.startswith("07"), seed=9)])
+    assert report.cases >= 1
+    with pytest.raises(CheckFailed, match="kernel module|%%cuda"):
+        course.check(exercise, "not a module")

@@ -26,7 +26,7 @@ extern "C" __global__ void naive_attention(const float* __restrict__ q, const fl
     if (row >= n_q) return;  // the last block may have more threads than rows
     const float* q_row = q + (size_t)row * d;
 
-    float m = -INFINITY;
+    float m = __uint_as_float(0xff800000u);  // -infinity (NVRTC, CUDA's run-time compiler, has no INFINITY macro)
     float l = 0.0f;
     float acc[MAX_HEAD_DIM];
     for (int c = 0; c < d; ++c) acc[c] = 0.0f;

@@ -259,6 +259,7 @@ struct Worker {
     bool in_collective = false;            // running a WarpCompute: its accesses are the runtime's
     bool failed = false;
     std::unordered_map<uintptr_t, Shadow> shared_shadow;  // static shared memory, per block
+    std::vector<std::vector<Shadow>> region_shadow;       // extern shared arrays, then arenas
     std::vector<char> sigstack;
 };
 thread_local Worker *tl_worker = nullptr;
@@ -544,6 +545,10 @@ void init_worker(Worker &w, uint32_t threads) {
         w.extern_shared.assign(addrs, addrs + n);
         w.extern_shared_names.assign(names, names + n);
     }
+    if (s.racecheck) {  // one cell per 2 bytes, from an even address at or below the region's start
+        for (size_t i = 0; i < w.extern_shared.size(); ++i) w.region_shadow.emplace_back(s.dynamic_shared / 2 + 2);
+        for (uint32_t i = 0; i < s.n_arenas; ++i) w.region_shadow.emplace_back(s.arena_bytes[i] / 2 + 2);
+    }
     w.rng.seed(s.seed * 0x9E3779B97F4A7C15ull + 1);
     const uint32_t warps = (threads + kWarpSize - 1) / kWarpSize;
     w.warp_alive.assign(warps, 0);
@@ -566,6 +571,7 @@ void run_block(Worker &w, uint64_t linear_block) {
     w.barrier_epoch = 0;
     w.ready.clear();
     w.shared_shadow.clear();
+    for (auto &region : w.region_shadow) std::fill(region.begin(), region.end(), Shadow{});
     const uint32_t warps = (threads + kWarpSize - 1) / kWarpSize;
     for (uint32_t wi = 0; wi < warps; ++wi) {
         const uint32_t lanes = std::min(kWarpSize, threads - wi * kWarpSize);
@@ -632,9 +638,19 @@ bool ordered(const Worker &w, const Fiber &f, uint64_t me, uint64_t then, uint32
     return other_linear / kWarpSize == f.t.warp && w.warp_epoch[f.t.warp] != we;  // a warp sync between
 }
 
-void race(const std::string &where, const char *what_then, uint64_t then, const void *pc_then, int access,
+// What a shadow cell belongs to, for a race report: an element of a buffer, or shared memory.
+struct Place {
+    const DeviceBuffer *buffer;  // null: shared memory
+    size_t element;
+    std::string text() const {
+        if (!buffer) return "shared memory";
+        return "`" + std::string(buffer->spec.name) + "` element " + std::to_string(element);
+    }
+};
+
+void race(const Place &place, const char *what_then, uint64_t then, const void *pc_then, int access,
           const Fiber &f, const void *pc_now, bool across_blocks) {
-    std::string msg = "data race on " + where + ": " + global_thread_text(then - 1) + " " + what_then + " it at " +
+    std::string msg = "data race on " + place.text() + ": " + global_thread_text(then - 1) + " " + what_then + " it at " +
                       pc_text(pc_then) + ", then " + thread_text(f.t) + " " +
                       (access == kWrite ? "wrote" : access == kRead ? "read" : "updated") + " it at " + pc_text(pc_now);
     if (across_blocks)
@@ -646,7 +662,7 @@ void race(const std::string &where, const char *what_then, uint64_t then, const 
     abort_launch(msg);
 }
 
-void check_shadow(Worker &w, Shadow &sh, int access, const void *pc, const std::string &where) {
+void check_shadow(Worker &w, Shadow &sh, int access, const void *pc, const Place &where) {
     Fiber &f = *w.running;
     const auto &s = g_launch->spec;
     const uint64_t per_block = uint64_t(s.block[0]) * s.block[1] * s.block[2];
@@ -712,31 +728,40 @@ void check_access(uintptr_t a, size_t bytes, int access, const void *pc, bool al
                          thread_text(f.t) + "), a parameter it declares const.");
         if (s.racecheck) {
             auto &shadow = g_buffer_shadow[bi];
-            for (uintptr_t c = (a - data) / 2; c <= (a + bytes - 1 - data) / 2; ++c) {
-                const unsigned eb = std::max<uint32_t>(b->spec.elem_bytes, 1);
-                check_shadow(*w, shadow[c], access, pc,
-                             "`" + std::string(b->spec.name) + "` element " + std::to_string(c * 2 / eb));
-            }
+            const unsigned eb = std::max<uint32_t>(b->spec.elem_bytes, 1);
+            for (uintptr_t c = (a - data) / 2; c <= (a + bytes - 1 - data) / 2; ++c)
+                check_shadow(*w, shadow[c], access, pc, Place{b, c * 2 / eb});
         }
     } else {
-        // Shared memory: dynamic regions have a known size; static arrays only get race checks.
-        auto check_region = [&](uintptr_t lo, size_t limit, size_t size, const std::string &name) -> bool {
+        // Shared memory. Regions sized by the launch (extern __shared__, [[threadgroup(n)]]) are
+        // bounds-checked and have a flat shadow; static arrays are race-checked through a hash map
+        // (their bounds are checked at compile time, by -fsanitize=bounds).
+        std::vector<Shadow> *flat = nullptr;
+        uintptr_t flat_lo = 0;
+        auto in_region = [&](uintptr_t lo, size_t limit, size_t size, int kind, size_t i) -> bool {
             if (a - lo >= limit) return false;
-            if (a + bytes > lo + size)
+            if (a + bytes > lo + size) {
+                const std::string name = kind == 0 ? std::string(w->extern_shared_names[i])
+                                                   : "[[threadgroup(" + std::to_string(i) + ")]]";
                 abort_launch("out-of-bounds " + std::string(access_word(access)) + " of shared memory `" + name +
                              "` at " + pc_text(pc) + " by " + thread_text(f.t) + ": byte " + std::to_string(a - lo) +
                              ", but the launch gave it " + std::to_string(size) + " bytes.");
+            }
+            flat = &w->region_shadow[kind == 0 ? i : w->extern_shared.size() + i];
+            flat_lo = lo;
             return true;
         };
-        for (size_t i = 0; i < w->extern_shared.size(); ++i)
-            check_region(reinterpret_cast<uintptr_t>(w->extern_shared[i]), SIMT_MAX_DYNAMIC_SHARED, s.dynamic_shared,
-                         w->extern_shared_names[i]);
-        for (size_t i = 0; i < w->arenas.size(); ++i)
-            check_region(reinterpret_cast<uintptr_t>(w->arenas[i]), round_up(s.arena_bytes[i], 16) + page_size(),
-                         s.arena_bytes[i], "[[threadgroup(" + std::to_string(i) + ")]]");
+        bool found = false;
+        for (size_t i = 0; i < w->extern_shared.size() && !found; ++i)
+            found = in_region(reinterpret_cast<uintptr_t>(w->extern_shared[i]), SIMT_MAX_DYNAMIC_SHARED,
+                              s.dynamic_shared, 0, i);
+        for (size_t i = 0; i < w->arenas.size() && !found; ++i)
+            found = in_region(reinterpret_cast<uintptr_t>(w->arenas[i]), round_up(s.arena_bytes[i], 16) + page_size(),
+                              s.arena_bytes[i], 1, i);
         if (s.racecheck) {
             for (uintptr_t c = a / 2; c <= (a + bytes - 1) / 2; ++c)
-                check_shadow(*w, w->shared_shadow[c], access, pc, "shared memory");
+                check_shadow(*w, flat ? (*flat)[c - flat_lo / 2] : w->shared_shadow[c], access, pc,
+                             Place{nullptr, 0});
         }
     }
     // Random schedules in checked builds also switch threads between memory accesses.

@@ -36,6 +36,12 @@
 #define SIMT_CUDA_COMPUTE __attribute__((noinline, no_sanitize_thread, no_sanitize_address))
 // Inlined into the kernel, so that the accesses they make are reported at the kernel's line.
 #define SIMT_CUDA_ACCESS __attribute__((always_inline)) inline
+// Runtime entry points (SIMT_RUNTIME_FN) take SIMT_PC() as the kernel's line. Called in tail position,
+// one would return straight to the kernel's caller (g++ -O2 turns such calls into jumps), so the
+// public functions are inline wrappers that call the entry point and then do something (nothing,
+// in an asm statement the compiler must keep after the call).
+#define SIMT_CUDA_WRAPPER __attribute__((always_inline)) inline
+#define SIMT_CUDA_AFTER_CALL() __asm__ __volatile__("")
 
 namespace simt {
 namespace cuda {
@@ -216,7 +222,7 @@ inline void warp_sync_compute(const void *const *, void *const *, uint32_t, uint
 }  // namespace simt
 
 // Waits for the lanes in `mask` (each must name itself, the runtime checks it).
-SIMT_RUNTIME_FN inline void __syncwarp(unsigned mask = 0xffffffffu, SIMT_HERE) {
+inline void __syncwarp(unsigned mask = 0xffffffffu, SIMT_HERE) {
     ::simt::warp_collective("__syncwarp()", mask, nullptr, nullptr, &::simt::cuda::detail::warp_sync_compute,
                             simt_file, simt_line);
 }
@@ -289,14 +295,23 @@ template <class T> SIMT_CUDA_UNINSTRUMENTED T atomic_cas(T *addr, T compare, T v
     return compare;  // the old value, whether or not the swap happened
 }
 
+template <AtomicOp op, class T> SIMT_RUNTIME_FN T atomic_entry(const char *what, T *addr, T val) {
+    return atomic_rmw<op, T>(what, addr, val, SIMT_PC());
+}
+template <class T> SIMT_RUNTIME_FN T atomic_cas_entry(T *addr, T compare, T val) {
+    return atomic_cas<T>(addr, compare, val, SIMT_PC());
+}
+
 }  // namespace detail
 }  // namespace cuda
 }  // namespace simt
 
 #define SIMT_CUDA_ATOMIC(NAME, OP, T)                                                                     \
-    SIMT_RUNTIME_FN inline T NAME(T *address, T val) {                                                    \
-        return ::simt::cuda::detail::atomic_rmw<::simt::cuda::detail::AtomicOp::OP, T>(#NAME, address,   \
-                                                                                       val, SIMT_PC());   \
+    SIMT_CUDA_WRAPPER T NAME(T *address, T val) {                                                         \
+        const T old = ::simt::cuda::detail::atomic_entry<::simt::cuda::detail::AtomicOp::OP, T>(#NAME,   \
+                                                                                               address, val); \
+        SIMT_CUDA_AFTER_CALL();                                                                           \
+        return old;                                                                                       \
     }
 SIMT_CUDA_ATOMIC(atomicAdd, kAdd, int)
 SIMT_CUDA_ATOMIC(atomicAdd, kAdd, unsigned int)
@@ -330,8 +345,10 @@ SIMT_CUDA_ATOMIC(atomicInc, kInc, unsigned int)
 SIMT_CUDA_ATOMIC(atomicDec, kDec, unsigned int)
 
 #define SIMT_CUDA_ATOMIC_CAS(T)                                                                           \
-    SIMT_RUNTIME_FN inline T atomicCAS(T *address, T compare, T val) {                                    \
-        return ::simt::cuda::detail::atomic_cas<T>(address, compare, val, SIMT_PC());                     \
+    SIMT_CUDA_WRAPPER T atomicCAS(T *address, T compare, T val) {                                         \
+        const T old = ::simt::cuda::detail::atomic_cas_entry<T>(address, compare, val);                   \
+        SIMT_CUDA_AFTER_CALL();                                                                           \
+        return old;                                                                                       \
     }
 SIMT_CUDA_ATOMIC_CAS(int)
 SIMT_CUDA_ATOMIC_CAS(unsigned int)
@@ -409,8 +426,9 @@ inline unsigned shfl_source(Shfl mode, unsigned lane, int b, int width) {
 }
 
 template <class T>
-SIMT_CUDA_UNINSTRUMENTED T shuffle(Shfl mode, const char *what, unsigned mask, T var, int b, int width,
-                                   const void *pc, const char *file, int line) {
+SIMT_RUNTIME_FN T shuffle(Shfl mode, const char *what, unsigned mask, T var, int b, int width, const char *file,
+                          int line) {
+    const void *pc = SIMT_PC();
     if (width < 1 || width > 32 || (width & (width - 1)) != 0)
         fail(pc, "%s: width %d is not a power of 2 from 1 to 32", what, width);
     const ShflLane me{&var, shfl_source(mode, current().lane, b, width), mask, pc, what};
@@ -446,26 +464,25 @@ SIMT_CUDA_UNINSTRUMENTED Vote vote(const char *what, unsigned mask, int predicat
 }  // namespace simt
 
 // The four shuffles for one type, as CUDA declares them (one overload per type, no templates).
-#define SIMT_CUDA_SHUFFLES(T)                                                                             \
-    SIMT_RUNTIME_FN inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize, SIMT_HERE) { \
-        return ::simt::cuda::detail::shuffle<T>(::simt::cuda::detail::Shfl::kIdx, "__shfl_sync()", mask, var, \
-                                                srcLane, width, SIMT_PC(), simt_file, simt_line);         \
-    }                                                                                                     \
-    SIMT_RUNTIME_FN inline T __shfl_up_sync(unsigned mask, T var, unsigned int delta, int width = warpSize, \
-                                            SIMT_HERE) {                                                  \
-        return ::simt::cuda::detail::shuffle<T>(::simt::cuda::detail::Shfl::kUp, "__shfl_up_sync()", mask, var, \
-                                                int(delta), width, SIMT_PC(), simt_file, simt_line);      \
-    }                                                                                                     \
-    SIMT_RUNTIME_FN inline T __shfl_down_sync(unsigned mask, T var, unsigned int delta, int width = warpSize, \
-                                              SIMT_HERE) {                                                \
-        return ::simt::cuda::detail::shuffle<T>(::simt::cuda::detail::Shfl::kDown, "__shfl_down_sync()", mask, \
-                                                var, int(delta), width, SIMT_PC(), simt_file, simt_line); \
-    }                                                                                                     \
-    SIMT_RUNTIME_FN inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize,    \
-                                             SIMT_HERE) {                                                 \
-        return ::simt::cuda::detail::shuffle<T>(::simt::cuda::detail::Shfl::kXor, "__shfl_xor_sync()", mask, \
-                                                var, laneMask, width, SIMT_PC(), simt_file, simt_line);   \
+#define SIMT_CUDA_SHUFFLE(NAME, MODE, B)                                                                  \
+    {                                                                                                     \
+        const auto r = ::simt::cuda::detail::shuffle(::simt::cuda::detail::Shfl::MODE, #NAME "()", mask,  \
+                                                     var, int(B), width, simt_file, simt_line);           \
+        SIMT_CUDA_AFTER_CALL();                                                                           \
+        return r;                                                                                         \
     }
+#define SIMT_CUDA_SHUFFLES(T)                                                                             \
+    SIMT_CUDA_WRAPPER T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize, SIMT_HERE)   \
+        SIMT_CUDA_SHUFFLE(__shfl_sync, kIdx, srcLane)                                                     \
+    SIMT_CUDA_WRAPPER T __shfl_up_sync(unsigned mask, T var, unsigned int delta, int width = warpSize,    \
+                                       SIMT_HERE)                                                         \
+        SIMT_CUDA_SHUFFLE(__shfl_up_sync, kUp, delta)                                                     \
+    SIMT_CUDA_WRAPPER T __shfl_down_sync(unsigned mask, T var, unsigned int delta, int width = warpSize,  \
+                                         SIMT_HERE)                                                       \
+        SIMT_CUDA_SHUFFLE(__shfl_down_sync, kDown, delta)                                                 \
+    SIMT_CUDA_WRAPPER T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize,         \
+                                        SIMT_HERE)                                                        \
+        SIMT_CUDA_SHUFFLE(__shfl_xor_sync, kXor, laneMask)
 SIMT_CUDA_SHUFFLES(int)
 SIMT_CUDA_SHUFFLES(unsigned int)
 SIMT_CUDA_SHUFFLES(long)
@@ -475,13 +492,13 @@ SIMT_CUDA_SHUFFLES(unsigned long long)
 SIMT_CUDA_SHUFFLES(float)
 SIMT_CUDA_SHUFFLES(double)
 
-SIMT_RUNTIME_FN inline unsigned __ballot_sync(unsigned mask, int predicate, SIMT_HERE) {
+inline unsigned __ballot_sync(unsigned mask, int predicate, SIMT_HERE) {
     return ::simt::cuda::detail::vote<0>("__ballot_sync()", mask, predicate, simt_file, simt_line).ballot;
 }
-SIMT_RUNTIME_FN inline int __any_sync(unsigned mask, int predicate, SIMT_HERE) {
+inline int __any_sync(unsigned mask, int predicate, SIMT_HERE) {
     return ::simt::cuda::detail::vote<1>("__any_sync()", mask, predicate, simt_file, simt_line).ballot != 0;
 }
-SIMT_RUNTIME_FN inline int __all_sync(unsigned mask, int predicate, SIMT_HERE) {
+inline int __all_sync(unsigned mask, int predicate, SIMT_HERE) {
     const auto v = ::simt::cuda::detail::vote<2>("__all_sync()", mask, predicate, simt_file, simt_line);
     return v.ballot == v.part;
 }

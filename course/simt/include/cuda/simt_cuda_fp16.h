@@ -104,8 +104,6 @@ inline __half __hfma(__half a, __half b, __half c) { return ::simt::cuda::detail
 inline __half __hmax(__half a, __half b) {
     using namespace ::simt::cuda::detail;
     if (half_is_nan(a) && half_is_nan(b)) return __half::from_bits(kCanonicalHalfNaN);
-    if (half_is_nan(a)) return b;
-    if (half_is_nan(b)) return a;
     if (float(a) == 0.0f && float(b) == 0.0f) return __half::from_bits(a.bits & b.bits);  // +0 unless both -0
     return float(a) > float(b) ? a : b;
 }
@@ -177,21 +175,29 @@ SIMT_CUDA_SHUFFLES(__half)
 SIMT_CUDA_SHUFFLES(__half2)
 SIMT_CUDA_ATOMIC(atomicAdd, kAdd, __half)
 
-SIMT_RUNTIME_FN inline __half2 atomicAdd(__half2 *address, __half2 val) {
-    // CUDA adds the two halves atomically each, not the pair as one: one 4-byte CAS does both.
-    const void *pc = SIMT_PC();
-    ::simt::cuda::detail::atomic_prologue("atomicAdd", reinterpret_cast<uint32_t *>(address), pc);
+namespace simt {
+namespace cuda {
+namespace detail {
+// CUDA adds the two halves atomically each, not the pair as one: one 4-byte CAS does both.
+SIMT_RUNTIME_FN inline __half2 half2_atomic_add(__half2 *address, __half2 val) {
+    uint32_t *word = reinterpret_cast<uint32_t *>(address);
+    atomic_prologue("atomicAdd", word, SIMT_PC());
     uint32_t old, desired;
-    __atomic_load(reinterpret_cast<uint32_t *>(address), &old, __ATOMIC_RELAXED);
+    __atomic_load(word, &old, __ATOMIC_RELAXED);
     do {
         __half lo = __half::from_bits(uint16_t(old)), hi = __half::from_bits(uint16_t(old >> 16));
         lo += val.x;
         hi += val.y;
         desired = uint32_t(lo.bits) | (uint32_t(hi.bits) << 16);
-    } while (!__atomic_compare_exchange(reinterpret_cast<uint32_t *>(address), &old, &desired, true,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-    __half2 r;
-    r.x = __half::from_bits(uint16_t(old));
-    r.y = __half::from_bits(uint16_t(old >> 16));
-    return r;
+    } while (!__atomic_compare_exchange(word, &old, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return __half2(__half::from_bits(uint16_t(old)), __half::from_bits(uint16_t(old >> 16)));
+}
+}  // namespace detail
+}  // namespace cuda
+}  // namespace simt
+
+SIMT_CUDA_WRAPPER __half2 atomicAdd(__half2 *address, __half2 val) {
+    const __half2 old = ::simt::cuda::detail::half2_atomic_add(address, val);
+    SIMT_CUDA_AFTER_CALL();
+    return old;
 }

@@ -116,6 +116,14 @@ SIMT_CUDA_UNINSTRUMENTED void matrix_io(const char *what, T *base, unsigned ldm,
     }
 }
 
+// The entry points of the public functions (which call them in no tail position): SIMT_PC() here
+// is the kernel's line.
+template <int kind, bool store, class T>
+SIMT_RUNTIME_FN void matrix_io_entry(const char *what, T *base, unsigned ldm, bool col_major, int rows, int cols,
+                                     T *elems, const char *file, int line) {
+    matrix_io<kind, store, T>(what, base, ldm, col_major, rows, cols, elems, SIMT_PC(), file, line);
+}
+
 template <class Tc> struct MmaLane {
     const __half *a;
     const __half *b;
@@ -148,6 +156,12 @@ SIMT_CUDA_COMPUTE void mma_compute(const void *const *in, void *const *out, uint
             d[e] = Td(sum + C[i * N + j]);
         }
     }
+}
+
+template <int M, int N, int K, class Td, class Tc>
+SIMT_RUNTIME_FN void mma_entry(Td *d, const __half *a, const __half *b, const Tc *c, const char *file, int line) {
+    const MmaLane<Tc> me{a, b, c, SIMT_PC()};
+    warp_collective("wmma::mma_sync()", 0xffffffffu, &me, d, &mma_compute<M, N, K, Td, Tc>, file, line);
 }
 
 }  // namespace wmma_detail
@@ -186,42 +200,45 @@ inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f,
 }
 
 template <class Use, int M, int N, int K, class T, class Layout>
-SIMT_RUNTIME_FN inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f,
-                                             const typename ::simt::cuda::wmma_detail::Same<T>::type *ptr,
-                                             unsigned ldm, SIMT_HERE) {
+SIMT_CUDA_WRAPPER void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f,
+                                        const typename ::simt::cuda::wmma_detail::Same<T>::type *ptr, unsigned ldm,
+                                        SIMT_HERE) {
     static_assert(!std::is_same<Use, accumulator>::value,
                   "an accumulator is loaded with a memory layout: load_matrix_sync(frag, ptr, ldm, wmma::mem_row_major)");
     using D = ::simt::cuda::wmma_detail::Dims<Use, M, N, K>;
-    ::simt::cuda::wmma_detail::matrix_io<0, false>("wmma::load_matrix_sync()", const_cast<T *>(ptr), ldm,
-                                                   std::is_same<Layout, col_major>::value, D::rows, D::cols, f.x,
-                                                   SIMT_PC(), simt_file, simt_line);
+    ::simt::cuda::wmma_detail::matrix_io_entry<0, false, T>("wmma::load_matrix_sync()", const_cast<T *>(ptr), ldm,
+                                                            std::is_same<Layout, col_major>::value, D::rows, D::cols,
+                                                            f.x, simt_file, simt_line);
+    SIMT_CUDA_AFTER_CALL();
 }
 
 template <int M, int N, int K, class T>
-SIMT_RUNTIME_FN inline void load_matrix_sync(fragment<accumulator, M, N, K, T> &f,
-                                             const typename ::simt::cuda::wmma_detail::Same<T>::type *ptr,
-                                             unsigned ldm, layout_t layout, SIMT_HERE) {
-    ::simt::cuda::wmma_detail::matrix_io<1, false>("wmma::load_matrix_sync()", const_cast<T *>(ptr), ldm,
-                                                   layout == mem_col_major, M, N, f.x, SIMT_PC(), simt_file,
-                                                   simt_line);
+SIMT_CUDA_WRAPPER void load_matrix_sync(fragment<accumulator, M, N, K, T> &f,
+                                        const typename ::simt::cuda::wmma_detail::Same<T>::type *ptr, unsigned ldm,
+                                        layout_t layout, SIMT_HERE) {
+    ::simt::cuda::wmma_detail::matrix_io_entry<1, false, T>("wmma::load_matrix_sync()", const_cast<T *>(ptr), ldm,
+                                                            layout == mem_col_major, M, N, f.x, simt_file,
+                                                            simt_line);
+    SIMT_CUDA_AFTER_CALL();
 }
 
 template <int M, int N, int K, class T>
-SIMT_RUNTIME_FN inline void store_matrix_sync(typename ::simt::cuda::wmma_detail::Same<T>::type *ptr,
-                                              const fragment<accumulator, M, N, K, T> &f, unsigned ldm,
-                                              layout_t layout, SIMT_HERE) {
-    ::simt::cuda::wmma_detail::matrix_io<2, true>("wmma::store_matrix_sync()", ptr, ldm, layout == mem_col_major,
-                                                  M, N, const_cast<T *>(f.x), SIMT_PC(), simt_file, simt_line);
+SIMT_CUDA_WRAPPER void store_matrix_sync(typename ::simt::cuda::wmma_detail::Same<T>::type *ptr,
+                                         const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t layout,
+                                         SIMT_HERE) {
+    ::simt::cuda::wmma_detail::matrix_io_entry<2, true, T>("wmma::store_matrix_sync()", ptr, ldm,
+                                                           layout == mem_col_major, M, N, const_cast<T *>(f.x),
+                                                           simt_file, simt_line);
+    SIMT_CUDA_AFTER_CALL();
 }
 
 template <int M, int N, int K, class LayoutA, class LayoutB, class Td, class Tc>
-SIMT_RUNTIME_FN inline void mma_sync(fragment<accumulator, M, N, K, Td> &d,
-                                     const fragment<matrix_a, M, N, K, __half, LayoutA> &a,
-                                     const fragment<matrix_b, M, N, K, __half, LayoutB> &b,
-                                     const fragment<accumulator, M, N, K, Tc> &c, SIMT_HERE) {
-    const ::simt::cuda::wmma_detail::MmaLane<Tc> me{a.x, b.x, c.x, SIMT_PC()};
-    ::simt::warp_collective("wmma::mma_sync()", 0xffffffffu, &me, d.x,
-                            &::simt::cuda::wmma_detail::mma_compute<M, N, K, Td, Tc>, simt_file, simt_line);
+SIMT_CUDA_WRAPPER void mma_sync(fragment<accumulator, M, N, K, Td> &d,
+                                const fragment<matrix_a, M, N, K, __half, LayoutA> &a,
+                                const fragment<matrix_b, M, N, K, __half, LayoutB> &b,
+                                const fragment<accumulator, M, N, K, Tc> &c, SIMT_HERE) {
+    ::simt::cuda::wmma_detail::mma_entry<M, N, K, Td, Tc>(d.x, a.x, b.x, c.x, simt_file, simt_line);
+    SIMT_CUDA_AFTER_CALL();
 }
 
 }  // namespace wmma
