@@ -156,6 +156,16 @@ def _backward_simt(exercise: str, kind: str):
     return run
 
 
+def _metal_step(exercise: str):
+    """A step of the Metal track on the CPU SIMT runtime (course.metal_track.check_step)."""
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from . import metal_track
+        if cases is None:
+            return metal_track.check_step(exercise, module)
+        return metal_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+    return run
+
+
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
 # Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
 # races between programs (the interpreter runs programs one by one, so a race would go unseen).
@@ -291,6 +301,16 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              _backward_simt("07.backward_atomic_cuda", "atomic"), isolated=True, takes="kernel module"),
     Exercise("07.backward_split_cuda", "The atomic-free backward: dK/dV and dQ in separate kernels (CUDA C)",
              _backward_simt("07.backward_split_cuda", "split"), isolated=True, takes="kernel module"),
+    Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", _metal_step("03.tiled_metal"),
+             isolated=True, takes="kernel module"),
+    Exercise("04.float4_metal", "float4 loads and ping-pong threadgroup tiles (Metal)", _metal_step("04.float4_metal"),
+             isolated=True, takes="kernel module"),
+    Exercise("05.simdgroup_metal", "simdgroup matrices, spill-scale-reload and causal masking (Metal)",
+             _metal_step("05.simdgroup_metal"), isolated=True, takes="kernel module"),
+    Exercise("07.backward_atomic_metal", "The backward pass with compare-and-swap float atomics (Metal)",
+             _metal_step("07.backward_atomic_metal"), isolated=True, takes="kernel module"),
+    Exercise("07.backward_split_metal", "The atomic-free backward in separate kernels (Metal)",
+             _metal_step("07.backward_split_metal"), isolated=True, takes="kernel module"),
     Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
     Exercise("02.online_softmax", "A row softmax with the online normalizer", _online_softmax, isolated=True),
     Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",

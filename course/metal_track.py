@@ -122,28 +122,33 @@ GpuLauncher = Callable[..., Any]
 ``course.simt.gpu.launch_metal``."""
 
 
-def _run(module: RawModule, launches: Sequence[Launch], device: str, gpu_launcher: GpuLauncher | None,
-         launch: dict[str, Any]) -> None:
+def _check_module(module: Any) -> None:
     if not isinstance(module, RawModule):
         raise CourseError(f"expected a compiled kernel module (a %%metal cell, module_for(...) or "
                           f"course.simt.RawModule), got {type(module).__name__}")
     if module.language != "metal":
         raise CourseError(f"{module.display_path} is a {module.language} module; the Metal track needs a .metal one")
+
+
+def _run(module: RawModule, launches: Sequence[Launch], device: str, gpu_launcher: GpuLauncher | None,
+         launch: dict[str, Any]) -> None:
+    _check_module(module)
     if device not in ("cpu", "gpu"):
         raise CourseError(f"device must be 'cpu' (the CPU runtime) or 'gpu' (a Mac's GPU), got {device!r}")
     if device == "gpu" and launch:
         raise CourseError(f"{', '.join(sorted(launch))}: options of the CPU runtime; a GPU launch takes none.")
     for item in launches:
         _verify(module, item)
+    if device == "gpu" and gpu_launcher is None:
+        from .simt.gpu import launch_metal  # PyObjC is imported there, only when a GPU launch happens
+        gpu_launcher = launch_metal
     for item in launches:
         if device == "cpu":
             module.get_function(item.kernel)(item.grid, item.threadgroup, item.args,
                                              threadgroup_memory=item.threadgroup_bytes, **launch)
         else:
-            if gpu_launcher is None:
-                from .simt.gpu import launch_metal as gpu_launcher  # noqa: N811 (imported where needed)
-            gpu_launcher(module.code, item.kernel, item.grid, item.threadgroup, item.args, item.threadgroup_bytes,
-                         path=module.display_path)
+            gpu_launcher(module.code, item.kernel, item.grid, item.threadgroup, item.args,  # type: ignore[misc]
+                         item.threadgroup_bytes, path=module.display_path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -188,6 +193,7 @@ def module_for(exercise: str) -> RawModule:
 
 def kernel_constants(module: RawModule, exercise: str) -> dict[str, int]:
     """The compile-time sizes the step's launcher needs, read from the module's `#define`s."""
+    _check_module(module)
     found = {}
     for name in STEPS[exercise].constants:
         m = re.search(rf"^[ \t]*#define[ \t]+{name}[ \t]+\(?(\d+)\)?", module.code, flags=re.M)
@@ -431,7 +437,8 @@ def grading_cases(exercise: str) -> tuple[list, list]:
 
     Lengths 1, 17, 20, 33, 65 and 129 (multiples of no tile); head dims from 16 to 128, one of them not a
     power of two (and odd for step 03); Nq != Nk both ways, causal with Nq > Nk so that some rows see no
-    key; peaky and constant rows; float16 inputs for the simdgroup-matrix step.
+    key; peaky and constant rows; batched heads (one per threadgroup column); float16 inputs for the
+    simdgroup-matrix step.
     """
     from .inputs import Case
 
@@ -448,32 +455,37 @@ def grading_cases(exercise: str) -> tuple[list, list]:
                                                           seed=4),
                Case(65, 17, 16, causal=True, dtype=dt, seed=5)]
     plain = [Case(65, 65, 64, causal=True, dtype=dt, seed=6), Case(129, 129, 128, kind="peaky", dtype=dt, seed=7),
-             Case(17, 129, odd_d, causal=True, dtype=dt, seed=8), Case(129, 65, 40, dtype=dt, seed=9)]
+             Case(17, 129, odd_d, causal=True, dtype=dt, seed=8), Case(129, 65, 40, dtype=dt, seed=9),
+             Case(33, 17, 32, causal=True, dtype=dt, batch=(2, 3), seed=10)]
     return checked, plain
 
 
 def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | None = None,
-               plain_cases: Sequence | None = None, tiles: Tiles | None = None):
+               plain_cases: Sequence | None = None, tiles: Tiles | None = None, device: str = "cpu"):
     """Grade ``module`` as ``exercise`` against the float64 oracle within the error budget: the small cases
     with GRADING_LAUNCH (memcheck + racecheck, random schedule) and small tiles, then the larger ones in a
-    plain launch with the default tiles. Returns the report; raises CheckFailed."""
+    plain launch with the default tiles. ``device="gpu"`` runs the plain launches on a Mac's GPU instead
+    (the checking modes exist only on the CPU runtime). Returns the report; raises CheckFailed."""
     from .check import check_attention, check_backward
 
     default_checked, default_plain = grading_cases(exercise)
     checked_cases = default_checked if checked_cases is None else list(checked_cases)
     plain_cases = default_plain if plain_cases is None else list(plain_cases)
-    tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
-    runs = [(checked_cases, GRADING_LAUNCH, tier), (plain_cases, {}, "CPU SIMT runtime")]
+    runs = [(checked_cases, GRADING_LAUNCH, "CPU SIMT runtime (memcheck + racecheck, random schedule)")]
+    if device == "gpu":
+        runs = [(plain_cases, {}, "Apple GPU")]
+    else:
+        runs.append((plain_cases, {}, "CPU SIMT runtime"))
     report = None
     for cases, launch, where in runs:
         if not cases:
             continue
         if exercise in BACKWARD:
-            fn = _bind_backward(BACKWARD[exercise], module, launch)
+            fn = _bind_backward(BACKWARD[exercise], module, device, launch)
             part = check_backward(exercise, fn, cases, tier=where)
         else:
             grading = tiles or (GRADING_TILES[exercise] if launch else None)
-            fn = _bind_forward(FORWARD[exercise], module, grading, launch)
+            fn = _bind_forward(FORWARD[exercise], module, grading, device, launch)
             part = check_attention(exercise, fn, cases, with_lse=True, pass_causal=True, tier=where)
         if report is None:
             report = part
@@ -485,10 +497,10 @@ def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | No
     return report
 
 
-def _bind_forward(fn, module, tiles, launch):
-    return lambda q, k, v, causal=False: fn(module, q, k, v, causal, tiles=tiles, **launch)
+def _bind_forward(fn, module, tiles, device, launch):
+    return lambda q, k, v, causal=False: fn(module, q, k, v, causal, tiles=tiles, device=device, **launch)
 
 
-def _bind_backward(fn, module, launch):
+def _bind_backward(fn, module, device, launch):
     return lambda q, k, v, o, lse, do, causal=False, scale=None: fn(module, q, k, v, o, lse, do, causal, scale,
-                                                                   **launch)
+                                                                   device=device, **launch)

@@ -212,9 +212,9 @@ def test_host_launch_syntax_and_missing_kernels_are_explained(tmp_path):
 
 def test_builds_are_cached_by_source(basics):
     again = RawModule(code=BASICS, name="basics.cu")
-    assert again._library(False).path == basics._library(False).path
+    assert again.compile() == basics.compile()
     changed = RawModule(code=BASICS + "\n// another revision\n", name="basics.cu")
-    assert changed._library(False).path != basics._library(False).path
+    assert changed.compile() != basics.compile()
 
 
 # -- crashes, hangs and isolation ------------------------------------------------------------

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -271,7 +272,9 @@ def _toolchain_digest(language: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-FAST_FLAGS = ["-O2", "-gdwarf-4"]
+# No sibling calls: a runtime function called last would become a jump, and the return address it
+# reads (to name the kernel's source line) would point into the runtime instead.
+FAST_FLAGS = ["-O2", "-gdwarf-4", "-fno-optimize-sibling-calls"]
 CHECKED_FLAGS = ["-O1", "-gdwarf-4", "-fno-omit-frame-pointer", "-fsanitize=thread", "-fsanitize=bounds",
                  "-DSIMT_CHECKED=1"]
 COMMON_FLAGS = ["-std=c++17", "-fPIC", "-pthread", "-Wno-attributes", "-fno-strict-aliasing"]
@@ -312,7 +315,7 @@ def _runtime_object() -> Path:
         out = cache_dir() / name
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp.o")
+        tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp.o")
         res = _run([compiler(), *COMMON_FLAGS, *flags, "-O2", "-g", f"-I{INCLUDE}", "-c", str(RUNTIME_SOURCE),
                     "-o", str(tmp)], "compiling the runtime")
         if res.returncode != 0:

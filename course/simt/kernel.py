@@ -193,6 +193,10 @@ class RawModule:
             self._libs[checked] = _Library(path)
         return self._libs[checked]
 
+    def compile(self, checked: bool = False) -> Path:
+        """Build (or find in the cache) the fast or the checked library now; returns its path."""
+        return self._library(checked).path
+
     def get_function(self, name: str) -> "RawKernel":
         if name not in self.kernels:
             known = ", ".join(sorted(self.kernels)) or "none"

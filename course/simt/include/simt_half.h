@@ -19,10 +19,12 @@ inline uint16_t float_to_half_bits(float f) {
         return static_cast<uint16_t>(sign | 0x7c00u);
     if (absx < 0x38800000u) {  // below the smallest normal half: subnormal or zero
         if (absx < 0x33000000u) return static_cast<uint16_t>(sign);  // < half of the smallest subnormal
+        // value = mant * 2^(exp - 150) and a subnormal half counts units of 2^-24, so
+        // h = mant >> (126 - exp), rounded to nearest even on the bits shifted out.
         const uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
-        const int shift = 126 - static_cast<int>(absx >> 23);  // 14 + (113 - exp) - 1
-        uint32_t h = mant >> (shift + 1);
-        const uint32_t rest = mant & ((2u << shift) - 1u), halfway = 1u << shift;
+        const int shift = 126 - static_cast<int>(absx >> 23);  // 14 to 24 here
+        uint32_t h = mant >> shift;
+        const uint32_t rest = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
         if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
         return static_cast<uint16_t>(sign | h);
     }

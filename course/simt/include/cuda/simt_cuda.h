@@ -88,7 +88,9 @@ __attribute__((always_inline, artificial)) inline void check_vector(const void *
 #define SIMT_CUDA_VEC2(NAME, T, ALIGN)                                                                    \
     struct alignas(ALIGN) NAME {                                                                          \
         T x, y;                                                                                           \
-        NAME() = default;                                                                                 \
+        /* constexpr and zeroing: a __shared__ array of them is then constant-initialised, with no */    \
+        /* hidden "initialised yet?" guard that every thread would touch (racecheck would see it)   */    \
+        constexpr NAME() : x(), y() {}                                                                    \
         NAME(::simt::cuda::detail::Elem<T> a, ::simt::cuda::detail::Elem<T> b = 0) : x(a.v), y(b.v) {} \
         __attribute__((always_inline, artificial)) NAME(const NAME &o) {                                  \
             ::simt::cuda::detail::check_vector(this, &o, ALIGN, #NAME);                                   \
@@ -112,7 +114,7 @@ __attribute__((always_inline, artificial)) inline void check_vector(const void *
 #define SIMT_CUDA_VEC4(NAME, T, ALIGN)                                                                    \
     struct alignas(ALIGN) NAME {                                                                          \
         T x, y, z, w;                                                                                     \
-        NAME() = default;                                                                                 \
+        constexpr NAME() : x(), y(), z(), w() {} /* see the two-element version */                        \
         NAME(::simt::cuda::detail::Elem<T> a, ::simt::cuda::detail::Elem<T> b = 0,                     \
              ::simt::cuda::detail::Elem<T> c = 0, ::simt::cuda::detail::Elem<T> d = 0)                \
             : x(a.v), y(b.v), z(c.v), w(d.v) {}                                                           \

@@ -14,7 +14,7 @@ using half = ::simt::half;
 // Two halves, 4-byte aligned: copies are checked like float2's.
 struct alignas(4) __half2 {
     __half x, y;
-    __half2() = default;
+    constexpr __half2() : x(), y() {}  // constant-initialised as a __shared__ array (no guard)
     __half2(const __half &a, const __half &b) : x(a), y(b) {}
     __attribute__((always_inline, artificial)) __half2(const __half2 &o) {
         ::simt::cuda::detail::check_vector(this, &o, 4, "__half2");
@@ -104,6 +104,8 @@ inline __half __hfma(__half a, __half b, __half c) { return ::simt::cuda::detail
 inline __half __hmax(__half a, __half b) {
     using namespace ::simt::cuda::detail;
     if (half_is_nan(a) && half_is_nan(b)) return __half::from_bits(kCanonicalHalfNaN);
+    if (half_is_nan(a)) return b;
+    if (half_is_nan(b)) return a;
     if (float(a) == 0.0f && float(b) == 0.0f) return __half::from_bits(a.bits & b.bits);  // +0 unless both -0
     return float(a) > float(b) ? a : b;
 }
