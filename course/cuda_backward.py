@@ -15,7 +15,6 @@ memory sizes, all in one place, and refuses a launch a GPU would refuse.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch
 from .errors import CourseError
 from .kernels import kernel_path
 from .simt import RawModule
+from .simt_track import kernel_defines
 
 __all__ = ["FILES", "module_for", "Plan", "plan", "backward_atomic", "backward_split", "SHARED_LIMIT",
            "THREADS_LIMIT"]
@@ -47,14 +47,7 @@ def module_for(kind: str) -> RawModule:
 
 
 def _constants(module: RawModule) -> dict[str, int]:
-    found = {}
-    for name in _CONSTANTS:
-        m = re.search(rf"^[ \t]*#define[ \t]+{name}[ \t]+\(?(\d+)\)?", module.code, flags=re.M)
-        if m is None:
-            raise CourseError(f"{module.display_path} has no `#define {name} <number>`; the launcher sizes the "
-                              f"grid and shared memory from {', '.join(_CONSTANTS)}")
-        found[name] = int(m.group(1))
-    return found
+    return kernel_defines(module, _CONSTANTS)
 
 
 @dataclass(frozen=True)

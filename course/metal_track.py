@@ -25,7 +25,6 @@ D is not a multiple of 8, more than 1024 threads per threadgroup, or threadgroup
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -37,7 +36,7 @@ from .kernels import kernel_path
 from .simt import RawModule
 from .simt.compiler import KIND_THREADGROUP
 from .simt.kernel import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
-from .simt_track import GRADING_LAUNCH, Tiles
+from .simt_track import GRADING_LAUNCH, Tiles, check_qkv, kernel_defines
 
 __all__ = ["Launch", "MetalStep", "STEPS", "THREADGROUP_MEMORY_LIMIT", "module_for", "kernel_constants",
            "forward_launch", "backward_launches", "tiled_forward", "float4_forward", "simdgroup_forward",
@@ -194,14 +193,7 @@ def module_for(exercise: str) -> RawModule:
 def kernel_constants(module: RawModule, exercise: str) -> dict[str, int]:
     """The compile-time sizes the step's launcher needs, read from the module's `#define`s."""
     _check_module(module)
-    found = {}
-    for name in STEPS[exercise].constants:
-        m = re.search(rf"^[ \t]*#define[ \t]+{name}[ \t]+\(?(\d+)\)?", module.code, flags=re.M)
-        if m is None:
-            raise CourseError(f"{module.display_path} has no `#define {name} <number>`; the launcher sizes its "
-                              f"launches from {', '.join(STEPS[exercise].constants)}.")
-        found[name] = int(m.group(1))
-    return found
+    return kernel_defines(module, STEPS[exercise].constants)
 
 
 def _need(condition: bool, sentence: str) -> None:
@@ -256,16 +248,7 @@ def _check_head_dim(exercise: str, d: int, constants: dict[str, int]) -> None:
 
 def _heads(exercise: str, q, k, v) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
     """Q, K, V as (H, N, D) contiguous arrays in the step's input dtype, and the leading dims."""
-    for t, name in ((q, "q"), (k, "k"), (v, "v")):
-        if not isinstance(t, torch.Tensor):
-            raise CourseError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise CourseError(f"{name} must be (N, D) or (..., N, D); got shape {tuple(t.shape)}")
-    if k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
-        raise CourseError(f"need Q (..., Nq, D) and K, V (..., Nk, D) with the same leading dims; got "
-                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if k.shape[-2] == 0:
-        raise CourseError("attention over zero keys is undefined")
+    check_qkv(q, k, v)
     dtype = torch.float16 if STEPS[exercise].half_inputs else torch.float32
     d = q.shape[-1]
     arrays = tuple(t.detach().to("cpu", dtype).reshape(-1, t.shape[-2], d).contiguous().numpy() for t in (q, k, v))

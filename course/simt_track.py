@@ -19,6 +19,7 @@ and memcheck reports any disagreement as an out-of-bounds access of shared memor
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -210,14 +211,9 @@ def _as_float32_rows(x: torch.Tensor, name: str) -> np.ndarray:
     return x.detach().to("cpu", torch.float32).contiguous().numpy()
 
 
-def kernel_tensors(exercise: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
-    """Q, K, V as the step's kernel reads them: (H, N, D), contiguous, in its input dtype, on their device.
-
-    Also checks the shapes and the head dim against what the step's kernel supports; returns the
-    leading (batch, head) dims too, to shape the outputs.
-    """
-    step = STEPS[exercise]
+def check_qkv(q: Any, k: Any, v: Any) -> None:
+    """Q (..., Nq, D) and K, V (..., Nk, D) tensors with the same leading dims and at least one key; a
+    CourseError saying what is wrong otherwise. Shared by the CUDA and Metal launchers."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
             raise CourseError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -226,9 +222,33 @@ def kernel_tensors(exercise: str, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     if k.shape != v.shape or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
         raise CourseError(f"need Q (..., Nq, D) and K, V (..., Nk, D) with the same leading dims; got "
                           f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    d = q.shape[-1]
     if k.shape[-2] == 0:
         raise CourseError("attention over zero keys is undefined")
+
+
+def kernel_defines(module: RawModule, names: Sequence[str]) -> dict[str, int]:
+    """The numbers a kernel file ``#define``s for ``names`` (tile sizes, limits), so that a launcher sizes
+    its launches from the file itself and the two cannot disagree."""
+    found = {}
+    for name in names:
+        m = re.search(rf"^[ \t]*#define[ \t]+{name}[ \t]+\(?(\d+)\)?", module.code, flags=re.M)
+        if m is None:
+            raise CourseError(f"{module.display_path} has no `#define {name} <number>`; the launcher sizes its "
+                              f"launches from {', '.join(names)}.")
+        found[name] = int(m.group(1))
+    return found
+
+
+def kernel_tensors(exercise: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """Q, K, V as the step's kernel reads them: (H, N, D), contiguous, in its input dtype, on their device.
+
+    Also checks the shapes and the head dim against what the step's kernel supports; returns the
+    leading (batch, head) dims too, to shape the outputs.
+    """
+    step = STEPS[exercise]
+    check_qkv(q, k, v)
+    d = q.shape[-1]
     if d > MAX_HEAD_DIM:
         raise CourseError(f"{exercise} keeps a row of O in registers, {MAX_HEAD_DIM} columns at most; "
                           f"D = {d} is too large")

@@ -10,7 +10,6 @@ wrong kernel of autograder/wrong/metal_track.py fails for its own reason.
 """
 from __future__ import annotations
 
-import functools
 import re
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 
 import course
 from autograder.wrong.metal_track import WRONG_METAL_KERNELS
-from course import Case, metal_track
+from course import metal_track
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
 from course.metal_track import BACKWARD, FORWARD, STEPS, THREADGROUP_MEMORY_LIMIT, Launch

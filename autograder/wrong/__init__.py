@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["WrongSolution", "apply_edits", "corpus", "make_submission", "exercise_of"]
+__all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "make_submission", "exercise_of"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,44 @@ def apply_edits(text: str, edits: tuple[tuple[str, str], ...], label: str) -> st
     if result == text:
         raise ValueError(f"{label}: the edits change nothing")
     return result
+
+
+@dataclass(frozen=True)
+class WrongKernel:
+    """An edit of one of the course's CUDA C or Metal kernel files, which its check must reject.
+
+    ``key`` names the kernel file in the track's table (an exercise id, or "atomic"/"split" for CUDA's
+    backward); subclasses say how ``key`` finds the file. ``expect`` is a regular expression the failure
+    message must match; ``checked`` says whether the mistake only shows under memcheck/racecheck (its
+    edited file then needs the instrumented build).
+    """
+    key: str
+    name: str
+    mistake: str
+    edits: tuple[tuple[str, str], ...]
+    expect: str = r"wrong|NaN|Inf"
+    checked: bool = False
+
+    language = "cuda"
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}:{self.name}"
+
+    def kernel_file(self) -> str:
+        raise NotImplementedError
+
+    def source(self) -> str:
+        """The kernel file's text with this entry's edits made."""
+        from course.kernels import read_source
+        return apply_edits(read_source(self.kernel_file()), self.edits, self.id)
+
+    def module(self):
+        """The edited file compiled for the CPU runtime, the build its grading launches first (messages
+        name the original file)."""
+        from course.simt import RawModule
+        return RawModule(code=self.source(), language=self.language, name=self.kernel_file().rsplit("/", 1)[1],
+                         compile_now="checked" if self.checked else "fast")
 
 
 def exercise_of(test_cell: str) -> str:

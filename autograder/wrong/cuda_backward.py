@@ -8,42 +8,33 @@ Every ``old`` text occurs exactly once in its file, so an edit changes the one l
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
-from . import apply_edits
+from . import WrongKernel
 
 __all__ = ["WrongCudaKernel", "WRONG_KERNELS"]
 
 
-@dataclass(frozen=True)
-class WrongCudaKernel:
-    kind: str           # "atomic" or "split" (course.cuda_backward.FILES)
-    name: str
-    mistake: str
-    edits: tuple[tuple[str, str], ...]
-    expect: str = r"wrong d[qkv]"
-    """A regular expression the failure message must match."""
+class WrongCudaKernel(WrongKernel):
+    """``key`` is "atomic" or "split" (course.cuda_backward.FILES); every entry is graded with the
+    checked build, as a learner's backward kernel is."""
 
     @property
-    def id(self) -> str:
-        return f"{self.kind}:{self.name}"
+    def kind(self) -> str:
+        return self.key
 
-    def source(self) -> str:
-        """The kernel file's text with this entry's mistake in it."""
+    def kernel_file(self) -> str:
         from course.cuda_backward import FILES
-        from course.kernels import read_source
-        return apply_edits(read_source(FILES[self.kind]), self.edits, self.id)
+        return FILES[self.key]
 
     def module(self):
-        """The edited file compiled for the CPU runtime's checked build, the one a grading launch uses
-        (messages name the original file)."""
-        from course.cuda_backward import FILES
         from course.simt import RawModule
-        return RawModule(code=self.source(), language="cuda", name=FILES[self.kind].rsplit("/", 1)[1],
+        return RawModule(code=self.source(), language="cuda", name=self.kernel_file().rsplit("/", 1)[1],
                          compile_now="checked")
 
 
-_W = WrongCudaKernel
+# A wrong backward must fail the gradient check by name (dq, dk or dv) unless it says otherwise.
+_W = functools.partial(WrongCudaKernel, expect=r"wrong d[qkv]")
 RACE = r"data race"
 
 WRONG_KERNELS: list[WrongCudaKernel] = [

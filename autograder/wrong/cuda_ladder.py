@@ -12,43 +12,27 @@ of a few seconds; the checked launch would fail them too).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from . import apply_edits
+from . import WrongKernel
 
 __all__ = ["WrongCudaKernel", "WRONG_CUDA_KERNELS"]
 
 
-@dataclass(frozen=True)
-class WrongCudaKernel:
-    exercise: str
-    name: str
-    mistake: str
-    edits: tuple[tuple[str, str], ...]
-    expect: str = "wrong|NaN|Inf"
-    """A regular expression the failure message must match."""
-    checked: bool = False
+class WrongCudaKernel(WrongKernel):
+    """``key`` is the step's exercise id (course.simt_track.STEPS)."""
 
     @property
-    def id(self) -> str:
-        return f"{self.exercise}:{self.name}"
+    def exercise(self) -> str:
+        return self.key
 
-    def source(self) -> str:
-        """The step's kernel file with this entry's edits made."""
-        from course.kernels import read_source
+    def kernel_file(self) -> str:
         from course.simt_track import STEPS
-
-        return apply_edits(read_source(STEPS[self.exercise].kernel_file), self.edits, self.id)
+        return STEPS[self.key].kernel_file
 
     def grade(self):
         """Compile the edited file and grade it as its step; returns the report (raises CheckFailed)."""
-        from course.simt import RawModule
-        from course.simt_track import GRADING_TILES, STEPS, check_step, grading_cases
+        from course.simt_track import GRADING_TILES, check_step, grading_cases
 
-        step = STEPS[self.exercise]
-        # Build only the library the grading launches (a checked launch needs the instrumented one).
-        module = RawModule(code=self.source(), language="cuda", name=step.kernel_file.rsplit("/", 1)[1],
-                           compile_now="checked" if self.checked else "fast")
+        module = self.module()
         checked, plain = grading_cases(self.exercise)
         if not self.checked:  # the plain launch with the grading tiles and with the default tiles
             return check_step(self.exercise, module, checked_cases=(), plain_cases=checked + plain,

@@ -13,42 +13,23 @@ cases and small tiles (each edited file is a compile of a few seconds; one build
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from . import apply_edits
+from . import WrongKernel
 
 __all__ = ["WrongMetalKernel", "WRONG_METAL_KERNELS"]
 
 
-@dataclass(frozen=True)
-class WrongMetalKernel:
-    exercise: str
-    name: str
-    mistake: str
-    edits: tuple[tuple[str, str], ...]
-    expect: str = r"wrong|NaN|Inf"
-    """A regular expression the failure message must match."""
-    checked: bool = False
+class WrongMetalKernel(WrongKernel):
+    """``key`` is the step's exercise id (course.metal_track.STEPS)."""
+
+    language = "metal"
 
     @property
-    def id(self) -> str:
-        return f"{self.exercise}:{self.name}"
+    def exercise(self) -> str:
+        return self.key
 
-    def source(self) -> str:
-        """The step's kernel file with this entry's edits made."""
-        from course.kernels import read_source
+    def kernel_file(self) -> str:
         from course.metal_track import STEPS
-
-        return apply_edits(read_source(STEPS[self.exercise].kernel_file), self.edits, self.id)
-
-    def module(self):
-        """The edited file compiled for the CPU runtime: the build its grading launches (messages name the
-        original file)."""
-        from course.metal_track import STEPS
-        from course.simt import RawModule
-
-        return RawModule(code=self.source(), language="metal", name=STEPS[self.exercise].kernel_file.rsplit("/", 1)[1],
-                         compile_now="checked" if self.checked else "fast")
+        return STEPS[self.key].kernel_file
 
     def grade(self, module=None):
         """Grade the edited file as its step on the small grading cases; returns the report (raises CheckFailed)."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..errors import CourseError
-from .compiler import KIND_ARGUMENT, KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
+from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
 __all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS"]
 
