@@ -89,6 +89,9 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
     # -- 05: tensor cores ------------------------------------------------------------------------
     _W("05.wmma_cuda", "accumulator-not-rescaled", "rescales l but never the O fragments it spilled to shared memory",
        (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n", ""),)),
+    _W("05.wmma_cuda", "no-syncwarp-before-reload", "reloads the accumulator before every lane has scaled its rows",
+       (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n        __syncwarp();\n",
+         "        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n"),), expect="data race", checked=True),
     _W("05.wmma_cuda", "no-syncwarp-after-spill", "scales rows of the spilled accumulator before the warp's "
        "store_matrix_sync is known to be complete",
        (("        __syncwarp();\n        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;",

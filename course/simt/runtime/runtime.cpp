@@ -638,6 +638,11 @@ bool ordered(const Worker &w, const Fiber &f, uint64_t me, uint64_t then, uint32
     return other_linear / kWarpSize == f.t.warp && w.warp_epoch[f.t.warp] != we;  // a warp sync between
 }
 
+uint64_t per_block_threads() {
+    const auto &s = g_launch->spec;
+    return uint64_t(s.block[0]) * s.block[1] * s.block[2];
+}
+
 // What a shadow cell belongs to, for a race report: an element of a buffer, or shared memory.
 struct Place {
     const DeviceBuffer *buffer;  // null: shared memory
@@ -656,6 +661,10 @@ void race(const Place &place, const char *what_then, uint64_t then, const void *
     if (across_blocks)
         msg += ". Blocks run in no fixed order and nothing orders them within a launch: make the update atomic "
                "(atomicAdd / atomic_fetch_add_explicit), or give each block its own addresses.";
+    else if ((then - 1) % per_block_threads() / kWarpSize == f.t.warp)
+        msg += ", with nothing ordering them. Both are in warp " + std::to_string(f.t.warp) +
+               ": a __syncwarp() / simdgroup_barrier between the write and the other lane's access is "
+               "enough (a barrier of the whole block works too).";
     else
         msg += ", with no barrier between. Put a __syncthreads() / threadgroup_barrier between the write and "
                "the other thread's access.";

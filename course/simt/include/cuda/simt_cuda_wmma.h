@@ -95,19 +95,27 @@ SIMT_CUDA_UNINSTRUMENTED void matrix_io(const char *what, T *base, unsigned ldm,
     if (ldm % step != 0)
         fail(pc, "%s: ldm = %u is not a multiple of %u: the leading dimension must be a multiple of 16 bytes "
              "(%u %s elements).", what, ldm, step, step, sizeof(T) == 2 ? "__half" : "float");
-    const IoLane me{base, ldm, col_major ? 1 : 0, pc, what};
-    warp_collective(what, 0xffffffffu, &me, nullptr, &io_compute<kind>, file, line);
-
     const int per = rows * cols / int(kWarpSize);
     const int first = int(current().lane) * per;  // this lane's first element, row-major
+    // For racecheck, a load reads at the moment the lane reaches it, before the lanes meet: the
+    // meeting (.sync) waits for the lanes but orders no memory, so data other lanes wrote just
+    // before needs a __syncwarp() in between. A store is recorded after the meeting, so a lane
+    // reading it without a __syncwarp() afterwards is caught too.
+    auto note = [&]() {
 #if SIMT_CHECKED
-    const int access = store ? kWrite : kRead;
-    if (!col_major)  // the lane's elements lie in one row (per divides cols for every shape)
-        note_access(base + size_t(first / cols) * ldm + size_t(first % cols), per * sizeof(T), access, pc);
-    else
-        for (int e = 0; e < per; ++e)
-            note_access(base + size_t((first + e) % cols) * ldm + size_t((first + e) / cols), sizeof(T), access, pc);
+        const int access = store ? kWrite : kRead;
+        if (!col_major)  // the lane's elements lie in one row (per divides cols for every shape)
+            note_access(base + size_t(first / cols) * ldm + size_t(first % cols), per * sizeof(T), access, pc);
+        else
+            for (int e = 0; e < per; ++e)
+                note_access(base + size_t((first + e) % cols) * ldm + size_t((first + e) / cols), sizeof(T), access,
+                            pc);
 #endif
+    };
+    if (!store) note();
+    const IoLane me{base, ldm, col_major ? 1 : 0, pc, what};
+    warp_collective(what, 0xffffffffu, &me, nullptr, &io_compute<kind>, file, line);
+    if (store) note();
     for (int e = 0; e < per; ++e) {
         const int r = (first + e) / cols, c = (first + e) % cols;
         T *p = base + (col_major ? size_t(c) * ldm + size_t(r) : size_t(r) * ldm + size_t(c));
