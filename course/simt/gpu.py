@@ -16,7 +16,6 @@ Every GPU library is imported inside the functions, so importing this module wor
 """
 from __future__ import annotations
 
-import ctypes
 import re
 import sys
 import time
@@ -28,7 +27,7 @@ import numpy as np
 
 from ..errors import CourseError
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, find_kernels
-from .kernel import KernelLaunchError, LaunchResult, _dims
+from .kernel import KernelLaunchError, LaunchResult, _dims, scalar_bytes
 
 __all__ = ["GpuUnavailable", "cuda_available", "launch_cuda", "metal_available", "launch_metal"]
 
@@ -168,30 +167,7 @@ def _check_element(p: _Param, itemsize: int, dtype: Any, kernel: str) -> None:
 
 
 def _scalar_bytes(arg: Any, p: _Param) -> bytes:
-    want = p.element
-    if want is None:  # a struct or vector by value: its bytes, as the caller laid them out
-        if isinstance(arg, (bytes, bytearray)):
-            return bytes(arg)
-        if isinstance(arg, ctypes.Structure):
-            return bytes(arg)
-        if isinstance(arg, (np.ndarray, np.generic)):
-            return arg.tobytes()
-        raise KernelLaunchError(f"`{p.name}` is passed by value and is not a plain number: pass bytes, a "
-                                f"ctypes.Structure or a numpy scalar/record with its exact layout")
-    if isinstance(arg, (bool, np.bool_)) and want.kind != "b":
-        raise KernelLaunchError(f"`{p.name}` is {want.name}, got a bool")
-    if want.kind in "iu":
-        if not isinstance(arg, (int, np.integer)):
-            raise KernelLaunchError(f"`{p.name}` is {want.name}: pass an int, got {type(arg).__name__} {arg!r}")
-        info = np.iinfo(want)
-        if not info.min <= int(arg) <= info.max:
-            raise KernelLaunchError(f"`{p.name}` is {want.name}; {arg} does not fit")
-        return np.array(int(arg), dtype=want).tobytes()
-    if want.kind == "f":
-        if not isinstance(arg, (int, float, np.integer, np.floating)):
-            raise KernelLaunchError(f"`{p.name}` is {want.name}: pass a number, got {type(arg).__name__}")
-        return np.array(float(arg), dtype=want).tobytes()
-    return np.array(bool(arg), dtype=want).tobytes()
+    return scalar_bytes(arg, p.name, p.element, p.element.name if p.element is not None else "struct")
 
 
 def _source(source: str | None, path: str | None, default_name: str) -> tuple[str, str]:

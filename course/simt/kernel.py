@@ -82,6 +82,37 @@ _C_NAME = {"f4": "float", "f8": "double", "h2": "half", "i1": "int8", "i2": "int
            "i8": "int64", "u1": "uint8", "u2": "uint16", "u4": "uint32", "u8": "uint64", "b1": "bool"}
 
 
+def scalar_bytes(arg: Any, name: str, want: np.dtype | None, type_name: str, size: int | None = None) -> bytes:
+    """``arg`` as the bytes of a scalar parameter ``name`` of type ``want`` (named ``type_name`` in messages).
+
+    ``want`` None is a struct or vector passed by value: its bytes as the caller laid them out (exactly
+    ``size`` of them when the size is known). Ints are range-checked; a float is not taken for an int.
+    Used by the CPU runtime and by the GPU launchers (course/simt/gpu.py) alike.
+    """
+    if want is None:
+        raw = bytes(arg) if isinstance(arg, (bytes, bytearray, ctypes.Structure)) else (
+            arg.tobytes() if isinstance(arg, (np.ndarray, np.generic)) else None)
+        if raw is None or (size is not None and len(raw) != size):
+            exactly = f"of exactly {size} bytes" if size is not None else "with its exact layout"
+            raise KernelLaunchError(f"`{name}` is passed by value and is not a plain number: pass bytes, a "
+                                    f"ctypes.Structure or a numpy scalar/record {exactly}")
+        return raw
+    if isinstance(arg, (bool, np.bool_)) and want.kind != "b":
+        raise KernelLaunchError(f"`{name}` is {type_name}, got a bool")
+    if want.kind in "iu":
+        if not isinstance(arg, (int, np.integer)):
+            raise KernelLaunchError(f"`{name}` is {type_name}: pass an int, got {type(arg).__name__} {arg!r}")
+        info = np.iinfo(want)
+        if not info.min <= int(arg) <= info.max:
+            raise KernelLaunchError(f"`{name}` is {type_name}; {arg} does not fit")
+        return np.array(int(arg), dtype=want).tobytes()
+    if want.kind == "f":
+        if not isinstance(arg, (int, float, np.integer, np.floating)):
+            raise KernelLaunchError(f"`{name}` is {type_name}: pass a number, got {type(arg).__name__}")
+        return np.array(float(arg), dtype=want).tobytes()
+    return np.array(bool(arg), dtype=want).tobytes()
+
+
 def _dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
@@ -290,28 +321,8 @@ class RawKernel:
 
     def _scalar(self, arg: Any, name: str, elem: str) -> bytes:
         if elem.startswith("v"):  # a struct or vector passed by value: raw bytes of the right size
-            size = int(elem[1:].split("a")[0])
-            raw = bytes(arg) if isinstance(arg, (bytes, bytearray, ctypes.Structure)) else (
-                arg.tobytes() if isinstance(arg, (np.ndarray, np.generic)) else None)
-            if raw is None or len(raw) != size:
-                raise KernelLaunchError(f"`{name}` is a {size}-byte struct: pass bytes, a ctypes.Structure or a "
-                                        f"numpy record of exactly {size} bytes")
-            return raw
-        want = np.dtype(_NUMPY_CODE[elem])
-        if isinstance(arg, (bool, np.bool_)) and elem != "b1":
-            raise KernelLaunchError(f"`{name}` is {_C_NAME[elem]}, got a bool")
-        if want.kind in "iu":
-            if not isinstance(arg, (int, np.integer)):
-                raise KernelLaunchError(f"`{name}` is {_C_NAME[elem]}: pass an int, got {type(arg).__name__} {arg!r}")
-            info = np.iinfo(want)
-            if not info.min <= int(arg) <= info.max:
-                raise KernelLaunchError(f"`{name}` is {_C_NAME[elem]}; {arg} does not fit")
-            return np.array(int(arg), dtype=want).tobytes()
-        if want.kind == "f":
-            if not isinstance(arg, (int, float, np.integer, np.floating)):
-                raise KernelLaunchError(f"`{name}` is {_C_NAME[elem]}: pass a number, got {type(arg).__name__}")
-            return np.array(float(arg), dtype=want).tobytes()
-        return np.array(bool(arg), dtype=want).tobytes()
+            return scalar_bytes(arg, name, None, "struct", size=int(elem[1:].split("a")[0]))
+        return scalar_bytes(arg, name, np.dtype(_NUMPY_CODE[elem]), _C_NAME[elem])
 
     # -- launch --
 
