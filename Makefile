@@ -44,7 +44,7 @@ doctor: setup
 
 # Triton track vs PyTorch SDPA on an NVIDIA GPU (writes docs/benchmarks.md); on a CPU, a correctness smoke.
 bench: setup
-	$(PY) -m course.bench $(BENCH_ARGS)
+	$(PY) -m course.tools.bench_triton $(BENCH_ARGS)
 
 clean:
 	rm -rf build test-output .pytest_cache

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import BUILD_DIR, NOTEBOOKS_DIR, SOLUTIONS_DIR
+from autograder import BUILD_DIR, NOTEBOOKS_DIR, SOLUTIONS_DIR
 
 if TYPE_CHECKING:
-    from .sandbox import SandboxSettings
+    from autograder.sandbox.bubblewrap import SandboxSettings
 
 GRADE_EPILOG = """\
 SUBMISSIONS is either
@@ -40,7 +40,7 @@ Exit status: 0 when the batch ran (even if some submissions failed), 2 when it c
 
 
 def _release(args: argparse.Namespace) -> int:
-    from .release import ReleaseError, release
+    from autograder.release.build import ReleaseError, release
     try:
         stale = release(args.assignments or None, solutions=args.solutions, notebooks=args.notebooks,
                         check=args.check)
@@ -59,15 +59,15 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _sandbox_settings(args: argparse.Namespace) -> "SandboxSettings":
-    from .sandbox import SandboxSettings
+    from autograder.sandbox.bubblewrap import SandboxSettings
     return SandboxSettings(isolate=not args.no_sandbox, memory_bytes=args.memory, cpu_seconds=args.cpu_time,
                            max_processes=args.processes, max_file_bytes=args.file_size, tmp_bytes=args.tmp_size,
                            max_output_bytes=args.max_output, bwrap=args.bwrap, prlimit=args.prlimit)
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from .grade import NO_SANDBOX_WARNING, GradingError, grade_submissions
-    from .report import summary_table
+    from autograder.grade.pipeline import NO_SANDBOX_WARNING, GradingError, grade_submissions
+    from autograder.grade.report import summary_table
     workdir = args.workdir or BUILD_DIR / "grading" / args.assignment
     out = args.out or workdir / "grades.csv"
     if args.no_sandbox:
@@ -113,7 +113,7 @@ def _size(text: str) -> int:
 
 
 def _add_sandbox_options(grade: argparse.ArgumentParser) -> None:
-    from .sandbox import SandboxSettings
+    from autograder.sandbox.bubblewrap import SandboxSettings
     default = SandboxSettings()
 
     def size(value: int) -> str:

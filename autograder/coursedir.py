@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import REPO_ROOT
-from .sandbox import SandboxSettings
+from autograder import REPO_ROOT
+from autograder.sandbox.bubblewrap import SandboxSettings
 
 __all__ = ["COURSE_ID", "KERNELS_VIEW", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
 
@@ -50,7 +50,7 @@ def config_file_text(root: Path, timeout: int = 120, sandbox: SandboxSettings | 
     return (
         '"""nbgrader settings for this course directory; see autograder/nbgrader_config.py."""\n'
         "from autograder.nbgrader_config import course_config\n"
-        "from autograder.sandbox import SandboxSettings\n\n"
+        "from autograder.sandbox.bubblewrap import SandboxSettings\n\n"
         f"c.merge(course_config({str(root)!r}, timeout={int(timeout)}, sandbox=SandboxSettings(**{settings!r})))\n"
     )
 

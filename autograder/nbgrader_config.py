@@ -12,12 +12,12 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader import preprocessors as nbp
 from traitlets.config import Config
 
-from .coursedir import COURSE_ID, KERNELS_VIEW
-from .execute import METADATA_KEY, SandboxedExecute
-from .feedback import RedactHiddenTracebacks
-from .regrade import ForgetEarlierGrades
-from .sandbox import SANDBOX_TIER, SandboxSettings
-from .stubs import LanguageAwareClearSolutions
+from autograder.coursedir import COURSE_ID, KERNELS_VIEW
+from autograder.preprocessors.sandboxed_execute import METADATA_KEY, SandboxedExecute
+from autograder.preprocessors.redact_hidden_tracebacks import RedactHiddenTracebacks
+from autograder.preprocessors.forget_earlier_grades import ForgetEarlierGrades
+from autograder.sandbox.bubblewrap import SANDBOX_TIER, SandboxSettings
+from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
 
 __all__ = ["COURSE_ID", "IGNORED_FILES", "HARMLESS_STDERR", "course_config"]
 
@@ -88,7 +88,7 @@ def course_config(root: Path | str, timeout: int = 120, sandbox: SandboxSettings
     """Settings for a course directory at ``root``.
 
     ``timeout`` is the per-cell limit when autograding; ``sandbox`` says how a submission's kernel
-    is confined (default: :class:`~autograder.sandbox.SandboxSettings`).
+    is confined (default: :class:`~autograder.sandbox.bubblewrap.SandboxSettings`).
     """
     c = Config()
     c.CourseDirectory.root = str(root)

@@ -8,15 +8,15 @@ is no GPU).
 """
 from __future__ import annotations
 
-from . import tiers
+from course import tiers
 
 tiers.configure()  # must run before any @triton.jit function is defined
 
-from . import reference, roofline  # noqa: E402
-from .errors import CheckFailed, CourseError  # noqa: E402
-from .exercises import EXERCISES, check  # noqa: E402
-from .inputs import Case, make_qkv, standard_cases  # noqa: E402
-from .reference import attention, attention_backward  # noqa: E402
+from course import reference, roofline  # noqa: E402
+from course.errors import CheckFailed, CourseError  # noqa: E402
+from course.exercises import EXERCISES, check  # noqa: E402
+from course.inputs import Case, make_qkv, standard_cases  # noqa: E402
+from course.reference import attention, attention_backward  # noqa: E402
 
 
 def _register_magics() -> None:
@@ -27,7 +27,7 @@ def _register_magics() -> None:
         return
     ipython = get_ipython()
     if ipython is not None:
-        from .simt.magic import register
+        from course.simt.magic import register
         register(ipython)
 
 

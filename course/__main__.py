@@ -1,4 +1,4 @@
-"""Command line: ``python -m course doctor``."""
+"""Command line: ``python -m course doctor | run | sync | sync-check``."""
 from __future__ import annotations
 
 import argparse
@@ -6,17 +6,21 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:  # its own parser: python -m course run 04 --track cuda
+        from course.tools.run import main as run
+        return run(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m course", description="FlashAttention course tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="list the execution tiers this machine has and what missing ones need")
-    sub.add_parser("sync", help="regenerate notebook cells that are pulled from kernels/ (see course.sync)")
-    sync_check = sub.add_parser("sync-check", help="fail if a notebook cell drifted from its kernel file")
-    sync_check.set_defaults()
+    sub.add_parser("run", help="validate one lesson step's kernel file on this machine's tier, e.g. run 04 --track cuda")
+    sub.add_parser("sync", help="regenerate notebook cells that are pulled from kernels/ (see course.tools.sync)")
+    sub.add_parser("sync-check", help="fail if a notebook cell drifted from its kernel file")
     args = parser.parse_args(argv)
     if args.command == "doctor":
-        from .doctor import main as doctor
+        from course.tools.doctor import main as doctor
         return doctor()
-    from .sync import sync_all
+    from course.tools.sync import sync_all
     stale = sync_all(write=args.command == "sync")
     if args.command == "sync-check" and stale:
         print("out of date (run `python -m course sync`):\n  " + "\n  ".join(stale))

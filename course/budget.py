@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .reference import causal_mask, default_scale
+from course.reference import causal_mask, default_scale
 
 __all__ = ["Budget", "plain_attention", "attention_budget", "DEFAULT_K", "FLOOR_ULPS"]
 

@@ -13,20 +13,14 @@ import os
 import sys
 import traceback
 
+from course.simt.errors import CourseError  # the base of every error the course raises on purpose
+
 __all__ = ["CourseError", "CheckFailed", "learner_traceback", "root_cause"]
 
 _COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))})
 
 
-class CourseError(Exception):
-    """An error raised on purpose by course machinery; the message is meant for a person."""
-
-    title = "course error"
-
-    def _render_traceback_(self) -> list[str]:
-        red, reset = "\x1b[31m", "\x1b[0m"
-        return [f"{red}✗ {self.title}{reset}", *str(self).splitlines()]
 
 
 class CheckFailed(CourseError, AssertionError):

@@ -11,11 +11,11 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from . import roofline, tiers
-from .check import Report, check_attention, check_backward, check_merge_states, check_softmax, check_values
-from .errors import CheckFailed
-from .isolation import run_isolated
-from .inputs import Case, standard_cases
+from course import roofline, tiers
+from course.engines import Report, check_attention, check_backward, check_merge_states, check_softmax, check_values
+from course.errors import CheckFailed
+from course.isolation import run_isolated
+from course.inputs import Case, standard_cases
 
 __all__ = ["Exercise", "EXERCISES", "check"]
 
@@ -119,8 +119,8 @@ def _naive_simt(exercise: str):
     """Lesson 01's kernel in CUDA C or Metal, run on the CPU SIMT runtime with memcheck, racecheck and
     a random schedule (``module`` is the RawModule a ``%%cuda`` / ``%%metal`` cell made)."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from . import simt_track
-        fn = simt_track.attention_function(module, **simt_track.GRADING_LAUNCH)
+        from course.tracks import cuda as cuda_track
+        fn = cuda_track.attention_function(module, **cuda_track.GRADING_LAUNCH)
         if cases is None:
             cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(65, 65, 64, seed=2),
                      Case(33, 33, 128, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(70, 6, 16, seed=6),
@@ -133,33 +133,33 @@ def _naive_simt(exercise: str):
 
 
 def _ladder_simt(exercise: str):
-    """A forward step of the CUDA C ladder on the CPU SIMT runtime (course.simt_track.check_step)."""
+    """A forward step of the CUDA C ladder on the CPU SIMT runtime (course.tracks.cuda.check_step)."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from . import simt_track
+        from course.tracks import cuda as cuda_track
         if cases is None:
-            return simt_track.check_step(exercise, module)
-        return simt_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+            return cuda_track.check_step(exercise, module)
+        return cuda_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
     return run
 
 
 def _backward_simt(exercise: str, kind: str):
     """Lesson 07's backward in CUDA C on the CPU SIMT runtime: memcheck, racecheck, random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from . import cuda_backward, simt_track
-        launch = cuda_backward.backward_atomic if kind == "atomic" else cuda_backward.backward_split
+        from course.tracks import cuda as cuda_track
+        launch = cuda_track.backward_atomic if kind == "atomic" else cuda_track.backward_split
         cases = cases or [Case(17, 40, 16, causal=True, seed=1), Case(1, 1, 16),
                           Case(65, 17, 32, causal=True, seed=2), Case(33, 20, 128, kind="peaky", seed=3)]
 
         def fn(*args, **kwargs):
-            return launch(module, *args, **kwargs, **simt_track.GRADING_LAUNCH)
+            return launch(module, *args, **kwargs, **cuda_track.GRADING_LAUNCH)
         return check_backward(exercise, fn, cases, tier="CPU SIMT runtime (memcheck + racecheck, random schedule)")
     return run
 
 
 def _metal_step(exercise: str):
-    """A step of the Metal track on the CPU SIMT runtime (course.metal_track.check_step)."""
+    """A step of the Metal track on the CPU SIMT runtime (course.tracks.metal.check_step)."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from . import metal_track
+        from course.tracks import metal as metal_track
         if cases is None:
             return metal_track.check_step(exercise, module)
         return metal_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
@@ -181,7 +181,7 @@ def _kernel_options() -> dict:
 def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
     cases = cases or [Case(1, 1, 16), Case(17, 300, 16, kind="peaky", seed=1), Case(5, 129, 32, seed=2),
                       Case(9, 33, 16, dtype=F16, seed=3), Case(4, 70, 16, kind="constant_rows", seed=4)]
-    return check_softmax("02.online_softmax", fn, cases, **_kernel_options())
+    return check_softmax("02.online_softmax_triton", fn, cases, **_kernel_options())
 
 
 def _softmax_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
@@ -203,9 +203,9 @@ def _softmax_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
     ])
 
 
-def _merge_states(fn, cases: Iterable[Case] | None = None, exercise: str = "02.merge_states") -> Report:
+def _merge_states(fn, cases: Iterable[Case] | None = None, exercise: str = "02.online_softmax_merge_triton") -> Report:
     cases = cases or [Case(7, 40, 16), Case(5, 129, 16, kind="peaky", seed=1)]
-    options = _kernel_options() if exercise == "02.merge_states" else {}  # the PyTorch version runs in-process
+    options = _kernel_options() if exercise == "02.online_softmax_merge_triton" else {}  # the PyTorch version runs in-process
     return check_merge_states(exercise, fn, cases, **options)
 
 
@@ -229,8 +229,8 @@ def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
                       Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
                       Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
                       Case(65, 33, 16, causal=False, seed=6)]
-    report = check_attention("06.causal", fn, cases, with_lse=True, pass_causal=True, **_kernel_options())
-    check_attention("06.causal", fn, [Case(9, 40, 32, causal=True, seed=9)], scale=0.3, pass_scale=True,
+    report = check_attention("06.causal_triton", fn, cases, with_lse=True, pass_causal=True, **_kernel_options())
+    check_attention("06.causal_triton", fn, [Case(9, 40, 32, causal=True, seed=9)], scale=0.3, pass_scale=True,
                     pass_causal=True, with_lse=True, **_kernel_options())
     return report
 
@@ -248,7 +248,7 @@ def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bo
         # Same inputs, same bits: a dQ built without atomics has one summation order.
         case = cases[-1]
         q, k, v = case.tensors()
-        from .reference import attention
+        from course.reference import attention
         fwd = attention(q, k, v, case.causal)
         do = torch.randn_like(q)
         args = [t.to(tiers.device()) for t in (q, k, v, fwd.o.to(case.dtype), fwd.lse.float(), do)]
@@ -272,8 +272,8 @@ def _flash_attention(fn, cases: Iterable[Case] | None = None) -> Report:
         return tuple(t.grad for t in leaves)
 
     options = _kernel_options()
-    report = check_attention("08.flash_attention", fn, cases, pass_causal=True, pass_scale=True, **options)
-    check_backward("08.flash_attention", gradients, cases, **options)
+    report = check_attention("08.flash_attention_triton", fn, cases, pass_causal=True, pass_scale=True, **options)
+    check_backward("08.flash_attention_triton", gradients, cases, **options)
     return report
 
 
@@ -287,13 +287,13 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              takes="kernel module"),
     Exercise("01.naive_metal", "The naive attention kernel in Metal", _naive_simt("01.naive_metal"), isolated=True,
              takes="kernel module"),
-    Exercise("02.warp_cuda", "One warp per query row with warp shuffles (CUDA C)", _ladder_simt("02.warp_cuda"),
+    Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)", _ladder_simt("02.online_softmax_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", _ladder_simt("03.tiled_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("04.double_buffer_cuda", "float4 accesses and double-buffered tiles (CUDA C)",
              _ladder_simt("04.double_buffer_cuda"), isolated=True, takes="kernel module"),
-    Exercise("05.wmma_cuda", "Both matmuls on tensor cores with wmma (CUDA C)", _ladder_simt("05.wmma_cuda"),
+    Exercise("05.mma_cuda", "Both matmuls on tensor cores with wmma (CUDA C)", _ladder_simt("05.mma_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("06.causal_cuda", "Causal masking: skip the future, mask the diagonal (CUDA C)",
              _ladder_simt("06.causal_cuda"), isolated=True, takes="kernel module"),
@@ -303,31 +303,31 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              _backward_simt("07.backward_split_cuda", "split"), isolated=True, takes="kernel module"),
     Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", _metal_step("03.tiled_metal"),
              isolated=True, takes="kernel module"),
-    Exercise("04.float4_metal", "float4 loads and ping-pong threadgroup tiles (Metal)", _metal_step("04.float4_metal"),
+    Exercise("04.double_buffer_metal", "float4 loads and ping-pong threadgroup tiles (Metal)", _metal_step("04.double_buffer_metal"),
              isolated=True, takes="kernel module"),
-    Exercise("05.simdgroup_metal", "simdgroup matrices, spill-scale-reload and causal masking (Metal)",
-             _metal_step("05.simdgroup_metal"), isolated=True, takes="kernel module"),
+    Exercise("05.mma_metal", "simdgroup matrices, spill-scale-reload and causal masking (Metal)",
+             _metal_step("05.mma_metal"), isolated=True, takes="kernel module"),
     Exercise("07.backward_atomic_metal", "The backward pass with compare-and-swap float atomics (Metal)",
              _metal_step("07.backward_atomic_metal"), isolated=True, takes="kernel module"),
     Exercise("07.backward_split_metal", "The atomic-free backward in separate kernels (Metal)",
              _metal_step("07.backward_split_metal"), isolated=True, takes="kernel module"),
     Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
-    Exercise("02.online_softmax", "A row softmax with the online normalizer", _online_softmax, isolated=True),
+    Exercise("02.online_softmax_triton", "A row softmax with the online normalizer", _online_softmax, isolated=True),
     Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",
              lambda fn, cases=None: _merge_states(fn, cases, "02.merge_torch")),
-    Exercise("02.merge_states", "Merging two partial softmax states in a Triton kernel", _merge_states, isolated=True),
-    Exercise("03.tiled_forward", "The tiled FlashAttention-2 forward pass",
-             lambda fn, cases=None: _tiled("03.tiled_forward", fn, cases), isolated=True),
-    Exercise("04.pipelined", "The forward pass with tensor descriptors and pipelining",
-             lambda fn, cases=None: _tiled("04.pipelined", fn, cases), isolated=True),
-    Exercise("05.tensor_cores", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
-             lambda fn, cases=None: _tiled("05.tensor_cores", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
-    Exercise("06.causal", "Causal masking with the stage split", _causal, isolated=True),
-    Exercise("07.backward_atomic", "The backward pass, dQ accumulated with atomics",
-             lambda fn, cases=None: _backward("07.backward_atomic", fn, cases), isolated=True),
-    Exercise("07.backward_separate", "The backward pass, dQ in its own atomic-free kernel",
-             lambda fn, cases=None: _backward("07.backward_separate", fn, cases, deterministic=True), isolated=True),
-    Exercise("08.flash_attention", "FlashAttention as a torch.autograd.Function", _flash_attention, isolated=True),
+    Exercise("02.online_softmax_merge_triton", "Merging two partial softmax states in a Triton kernel", _merge_states, isolated=True),
+    Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
+             lambda fn, cases=None: _tiled("03.tiled_triton", fn, cases), isolated=True),
+    Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",
+             lambda fn, cases=None: _tiled("04.double_buffer_triton", fn, cases), isolated=True),
+    Exercise("05.mma_triton", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
+             lambda fn, cases=None: _tiled("05.mma_triton", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
+    Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),
+    Exercise("07.backward_atomic_triton", "The backward pass, dQ accumulated with atomics",
+             lambda fn, cases=None: _backward("07.backward_atomic_triton", fn, cases), isolated=True),
+    Exercise("07.backward_split_triton", "The backward pass, dQ in its own atomic-free kernel",
+             lambda fn, cases=None: _backward("07.backward_split_triton", fn, cases, deterministic=True), isolated=True),
+    Exercise("08.flash_attention_triton", "FlashAttention as a torch.autograd.Function", _flash_attention, isolated=True),
 ]}
 
 
@@ -341,7 +341,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
     chosen = EXERCISES[exercise]
     if chosen.takes == "kernel module":
-        from .simt import RawModule
+        from course.simt import RawModule
         if not isinstance(candidate, RawModule):
             raise CheckFailed(f"{exercise}: expected the kernels your %%cuda / %%metal cell compiled (the name after "
                               f"the magic), got {type(candidate).__name__}. Run that cell first.")

@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any, Callable, TypeVar
 
-from .errors import CheckFailed
+from course.errors import CheckFailed
 
 __all__ = ["can_isolate", "run_isolated", "note_progress"]
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from .errors import CourseError
-from .paths import KERNELS, REPO
+from course.errors import CourseError
+from course.paths import KERNELS, REPO
 
 __all__ = ["kernel_path", "read_source", "read_region", "load_triton_module"]
 

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import CourseError
+from course.errors import CourseError
 
 __all__ = ["RaceError", "racecheck"]
 

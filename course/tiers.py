@@ -15,7 +15,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-__all__ = ["Tier", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers"]
+from course.simt.toolchain import apple_metal
+
+__all__ = ["Tier", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers", "report"]
 
 _ENV = "COURSE_TIER"  # "cpu" forces the CPU tier; "auto" (default) takes a GPU when there is one
 
@@ -83,19 +85,11 @@ def _nvcc_version() -> str | None:
     return release[-1].strip() if release else "present"
 
 
-def _apple_metal() -> tuple[bool, str]:
-    if sys.platform != "darwin":
-        return False, "needs macOS on Apple silicon (M1 or newer)"
-    if platform.machine() != "arm64":
-        return False, "needs Apple silicon (M1 or newer); this Mac is Intel"
-    if importlib.util.find_spec("Metal") is None:
-        return False, "needs PyObjC's Metal bindings: pip install pyobjc-framework-Metal"
-    return True, "Apple GPU through PyObjC's Metal API"
 
 
 def _cxx_version() -> str | None:
     """The C++ compiler the CPU runtime would use, as ``g++ 12.2.0``; None when there is none."""
-    from .simt.compiler import KernelCompileError, compiler
+    from course.simt.compiler import KernelCompileError, compiler
     try:
         cxx = compiler()
         first = subprocess.run([cxx, "-dumpfullversion"], capture_output=True, text=True, timeout=30).stdout.strip()
@@ -109,7 +103,7 @@ def detect_tiers() -> list[Tier]:
     triton = _version("triton")
     gpu = _cuda_gpu()
     nvcc = _nvcc_version()
-    metal_ok, metal_detail = _apple_metal()
+    metal_ok, metal_detail = apple_metal()
     cxx = _cxx_version()
     return [
         Tier("Triton interpreter (CPU)", triton is not None,
@@ -126,3 +120,17 @@ def detect_tiers() -> list[Tier]:
         Tier("CUDA GPU", gpu is not None, gpu or "no CUDA device visible to PyTorch"),
         Tier("Apple Metal GPU", metal_ok, metal_detail),
     ]
+
+
+def report() -> str:
+    """The tiers this machine has, what each missing one needs, and the one this process grades on."""
+    rows = detect_tiers()
+    width = max(len(t.name) for t in rows)
+    lines = ["Execution tiers on this machine:", ""]
+    for t in rows:
+        mark = "yes" if t.available else " - "
+        lines.append(f"  [{mark}] {t.name:<{width}}  {t.detail}")
+    lines += ["", f"Exercises in this process are graded on: {active_tier()}"]
+    if triton_interpreted():
+        lines.append("Triton runs in interpreter mode (TRITON_INTERPRET=1), set by the course; nothing to do.")
+    return "\n".join(lines)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import roofline
+from course import roofline
 
 __all__ = ["ScoreMatrixCost", "score_matrix_cost", "score_matrix_explorer", "roofline_points", "roofline_explorer",
            "OnlineSoftmaxStep", "online_softmax_trace", "online_softmax_explorer"]

@@ -25,13 +25,14 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import CourseError
+from .errors import CourseError
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, find_kernels
+from .limits import STATIC_SHARED_LIMIT
+from .toolchain import apple_metal, nvcc_diagnostics, nvcc_path
 from .kernel import KernelLaunchError, LaunchResult, _dims, scalar_bytes
 
 __all__ = ["GpuUnavailable", "cuda_available", "launch_cuda", "metal_available", "launch_metal"]
 
-STATIC_SHARED_LIMIT = 48 * 1024   # above this a CUDA kernel must opt in to more dynamic shared memory
 _NO_CUDA_LIBRARY = ("launching CUDA kernels on a GPU needs cupy (pip install cupy-cuda12x) or NVIDIA's "
                     "cuda-python (pip install cuda-python), and neither is installed.")
 
@@ -191,8 +192,7 @@ def _kernel(source: str, shown: str, name: str, language: str) -> KernelDecl:
 
 def _located(log: str) -> str:
     """Compiler messages with locations as file:line (NVRTC writes file(line), like nvcc)."""
-    from ..nvcc_gate import _diagnostics
-    return _diagnostics(log)
+    return nvcc_diagnostics(log)
 
 
 # ================================================================================================
@@ -395,7 +395,6 @@ def _launch_cuda_python(text: str, shown: str, name: str, grid, block, plan: lis
 
 def _cuda_include_options() -> list[bytes]:
     """NVRTC's include path for the toolkit's headers (mma.h, cuda_fp16.h), when a toolkit is installed."""
-    from ..nvcc_gate import nvcc_path
     nvcc = nvcc_path()
     include = Path(nvcc).resolve().parent.parent / "include" if nvcc else None
     return [f"--include-path={include}".encode()] if include and include.is_dir() else []
@@ -407,8 +406,7 @@ def _cuda_include_options() -> list[bytes]:
 
 def metal_available() -> tuple[bool, str]:
     """(True, "<GPU name>") when Metal kernels can be launched here, else (False, a sentence why)."""
-    from ..tiers import _apple_metal  # the course's own test for macOS, Apple silicon and PyObjC
-    ok, why = _apple_metal()
+    ok, why = apple_metal()
     if not ok:
         return False, f"launching Metal kernels {why}."
     try:

@@ -30,14 +30,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import CourseError
+from .errors import CourseError
+from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
 __all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS"]
 
 CHECKS = ("memcheck", "racecheck")
-MAX_THREADS_PER_BLOCK = 1024
-MAX_DYNAMIC_SHARED = {"cuda": 227 * 1024, "metal": 32 * 1024}  # H100 block limit; Apple threadgroup limit
 PRINTF_LIMIT = 1 << 20  # CUDA's default printf FIFO is 1 MiB too
 
 

@@ -25,7 +25,10 @@
 // K and V from global memory. Step 03 stages K and V tiles in shared memory, shared by many rows.
 //
 // Layout: Q (H, n_q, d), K and V (H, n_k, d), O (H, n_q, d), row-major float32, H = gridDim.y heads.
-// Launch (course.simt_track): blockDim.x = 32 * rows per block, gridDim.x = ceil(n_q / rows).
+// Launch (course.tracks.cuda): blockDim.x = 32 * rows per block, gridDim.x = ceil(n_q / rows).
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 02 --track cuda
 
 #define MAX_HEAD_DIM 128
 #define WARP 32

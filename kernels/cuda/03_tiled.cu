@@ -19,7 +19,7 @@
 // to one barrier per tile with two buffers.
 //
 // Shared memory is `extern __shared__`: its size is not known when the kernel is compiled, but given
-// at launch, computed from the tile sizes by the launcher (course.simt_track.forward_config, which
+// at launch, computed from the tile sizes by the launcher (course.tracks.cuda.forward_config, which
 // also refuses a size over the device's limit). The kernel carves it up with the same formula:
 //   [ Q tile: block_m x d | K tile: block_n x (d + 1) | V tile: block_n x d ]   (floats)
 // Why K's rows have one float of padding: lane j reads row j of the K tile, column c, at the same time
@@ -30,6 +30,9 @@
 //
 // Layout: Q (H, n_q, d), K and V (H, n_k, d), O (H, n_q, d), LSE (H, n_q), float32, H = gridDim.y.
 // Launch: blockDim.x = 32 * block_m, gridDim.x = ceil(n_q / block_m); block_n a multiple of 32.
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 03 --track cuda
 
 #define MAX_HEAD_DIM 128
 #define WARP 32

@@ -25,6 +25,9 @@
 //
 // Layout: Q, K, V (H, n, d) float16; O (H, n_q, d) and LSE (H, n_q) float32; H = gridDim.y.
 // Launch: blockDim.x = 32 * block_m / 16, gridDim.x = ceil(n_q / block_m); block_n % 16 == 0, d % 16 == 0.
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 06 --track cuda
 
 #include <cuda_fp16.h>
 #include <mma.h>

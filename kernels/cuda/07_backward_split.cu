@@ -28,6 +28,9 @@
 // query i sees key j iff j <= i + (n_k - n_q); tiles entirely above the diagonal are skipped.
 //
 // Layout: Q, dO, O (n_q, d); K, V (n_k, d); LSE, Δ (n_q); row-major float32.
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 07 --track cuda --variant split
 
 #define BLOCK_M 16                                    // query rows per tile
 #define BLOCK_N 16                                    // keys per tile
@@ -178,7 +181,7 @@ extern "C" __global__ void backward_dq(
 #pragma unroll
     for (int r = 0; r < DQ_PER_THREAD; ++r) dq_acc[r] = 0.0f;
 
-    // region: dq_separate_kernel
+    // region: dq_split_kernel
     // BEGIN SOLUTION
     // Causal: the block's last row, m0 + BLOCK_M - 1, sees keys up to m0 + BLOCK_M - 1 + diag; key
     // tiles from m0 + BLOCK_M + diag on are entirely masked. (n_end <= 0: no key, dQ stays 0.)
@@ -228,5 +231,5 @@ extern "C" __global__ void backward_dq(
         const int e = t + r * THREADS;
         if (e < BLOCK_M * d && m0 + e / d < n_q) dq[(size_t)m0 * d + e] = dq_acc[r] * scale;
     }
-    // endregion: dq_separate_kernel
+    // endregion: dq_split_kernel
 }

@@ -25,7 +25,7 @@
 // Threadgroup memory comes in as three [[threadgroup(n)]] pointers, because its size depends on d,
 // known only at launch: the host sets each length (setThreadgroupMemoryLength:atIndex: on a Mac) from
 // the same formulas the launcher checks against the 32 KiB an Apple GPU gives one threadgroup
-// (course/metal_track.py):
+// (course/tracks/metal.py):
 //   q_tile [[threadgroup(0)]]: block_m x d floats;  k_tile, v_tile [[threadgroup(1), (2)]]: block_n x d.
 //
 // Causal attention (causal = 1) is bottom-right aligned, the course's convention (course/reference.py):
@@ -42,6 +42,9 @@
 // Layout: Q (H, n_q, d), K and V (H, n_k, d), O (H, n_q, d), LSE (H, n_q), row-major float32, one head
 // per threadgroup column (threadgroup_position_in_grid.y). Launch: block_m threads per threadgroup,
 // ceil(n_q / block_m) x H threadgroups; d <= MAX_HEAD_DIM, 1 <= block_n <= MAX_BLOCK_N.
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 03 --track metal
 #include <metal_stdlib>
 using namespace metal;
 

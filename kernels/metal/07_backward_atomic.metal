@@ -35,7 +35,7 @@
 // is sized for one particular head dimension. P and dS tiles: thread t computes entries t, t + THREADS,
 // ... of the BLOCK_M x BLOCK_N tile. dQ: thread t sums elements t, t + THREADS, ... of BLOCK_M x d.
 //
-// Threadgroup memory, sized at launch (course/metal_track.py, checked against 32 KiB):
+// Threadgroup memory, sized at launch (course/tracks/metal.py, checked against 32 KiB):
 //   k_tile (0), v_tile (1): BLOCK_N x d;  q_tile (2), do_tile (3): BLOCK_M x d;
 //   p_tile (4), ds_tile (5): BLOCK_M x BLOCK_N;  row_stats (6): LSE and Δ of the query tile.
 // At d = 128 that is 8 + 8 + 4 + 4 KiB, 2 x 512 bytes and 64 bytes: 25,088 bytes.
@@ -45,6 +45,9 @@
 //
 // Layout: Q, dO, O (n_q, d); K, V (n_k, d); LSE, Δ (n_q); row-major float32. dQ must be zero before
 // the launch (threadgroups only add to it).
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 07 --track metal --variant atomic
 #include <metal_stdlib>
 #include <metal_atomic>
 using namespace metal;

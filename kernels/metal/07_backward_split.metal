@@ -28,7 +28,7 @@
 //   (p_and_ds, shared by both kernels).
 // d is a runtime value up to MAX_HEAD_DIM.
 //
-// Threadgroup memory, sized at launch (course/metal_track.py, checked against 32 KiB):
+// Threadgroup memory, sized at launch (course/tracks/metal.py, checked against 32 KiB):
 //   k_tile (0), v_tile (1): BLOCK_N x d;  q_tile (2), do_tile (3): BLOCK_M x d;
 //   backward_dkdv: p_tile (4), ds_tile (5): BLOCK_M x BLOCK_N, row_stats (6): LSE and Δ of the query tile;
 //   backward_dq:   ds_tile (4), row_stats (5).
@@ -36,6 +36,9 @@
 // Causal masking is bottom-right aligned (query i sees key j iff j <= i + n_k - n_q): backward_dkdv
 // skips query tiles above the diagonal, backward_dq stops after the last key its last row sees.
 // Layout: Q, dO, O (n_q, d); K, V (n_k, d); LSE, Δ (n_q); row-major float32.
+//
+// Validate this file against the float64 oracle on this machine (and time it on a GPU):
+//     python -m course run 07 --track metal --variant split
 #include <metal_stdlib>
 using namespace metal;
 
@@ -195,7 +198,7 @@ kernel void backward_dq(device const float* q [[buffer(0)]],
     float dq_acc[MAX_Q_COLS];
     for (uint s = 0; s < MAX_Q_COLS; ++s) dq_acc[s] = 0.0f;
 
-    // region: dq_separate_kernel
+    // region: dq_split_kernel
     // BEGIN SOLUTION
     const int offset = int(n_k) - int(n_q);
     // Keys past the last one this threadgroup's last row sees are never visited.
@@ -216,7 +219,7 @@ kernel void backward_dq(device const float* q [[buffer(0)]],
         }
     }
     // END SOLUTION
-    // endregion: dq_separate_kernel
+    // endregion: dq_split_kernel
 
     if (i0 + i < n_q) {
         for (uint s = 0, c = part; c < d; ++s, c += COLS_PER_ROW) dq[ulong(i0 + i) * d + c] = dq_acc[s] * scale;

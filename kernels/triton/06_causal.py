@@ -27,13 +27,16 @@
 # log2(e) folded into the scale), generalised to (B, H, N, D) tensors with grouped-query attention:
 # K and V may have fewer heads H_kv than Q has (H_kv dividing H); query head h reads KV head
 # h // (H / H_kv). Only the pointer offsets know about it.
+#
+# Validate this file against the float64 oracle on this machine (and time it on a GPU):
+#     python -m course run 06 --track triton
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from course.kernel_inputs import check_qkv
+from course.tracks.common import check_qkv
 from course.tiers import triton_interpreted  # importing course first also selects the interpreter on CPU
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = 2^(x·log2 e)

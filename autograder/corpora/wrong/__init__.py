@@ -1,0 +1,125 @@
+"""The wrong-solution corpus: plausible mistakes that the checks must catch.
+
+Each entry replaces one solution cell of a lesson's instructor notebook, either with a whole new
+cell or with small text edits of the reference solution (so an entry goes stale loudly, never
+silently: an edit whose text is no longer in the solution is an error). The test suite runs every
+entry's exercise tests beside the honest notebook and requires them to fail, then grades the entries
+with the real nbgrader pipeline packed into a few submissions (:func:`packs`: one wrong answer per
+exercise in each) and requires each to lose its exercise's points.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "packs", "make_submission", "exercise_of"]
+
+
+@dataclass(frozen=True)
+class WrongSolution:
+    assignment: str
+    cell: str
+    """grade_id of the solution cell this entry replaces."""
+    name: str
+    mistake: str
+    """The mistake, as a learner would make it, in one sentence."""
+    source: str | None = None
+    edits: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def student_id(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", f"{self.cell}-{self.name}".lower())
+
+    def apply(self, solution: str) -> str:
+        if self.source is not None:
+            return self.source.strip("\n")
+        return apply_edits(solution, self.edits, f"{self.student_id} (solution of {self.cell})")
+
+
+def apply_edits(text: str, edits: tuple[tuple[str, str], ...], label: str) -> str:
+    """``text`` with each (old, new) replacement made; an edit that no longer matches is an error."""
+    result = text
+    for old, new in edits:
+        if old not in result:
+            raise ValueError(f"{label}: {old!r} is not in the text any more; update the corpus")
+        result = result.replace(old, new)
+    if result == text:
+        raise ValueError(f"{label}: the edits change nothing")
+    return result
+
+
+@dataclass(frozen=True)
+class WrongKernel:
+    """An edit of one of the course's CUDA C or Metal kernel files, which its check must reject.
+
+    ``key`` names the kernel file in the track's table (an exercise id, or "atomic"/"split" for CUDA's
+    backward); subclasses say how ``key`` finds the file. ``expect`` is a regular expression the failure
+    message must match; ``checked`` says whether the mistake only shows under memcheck/racecheck (its
+    edited file then needs the instrumented build).
+    """
+    key: str
+    name: str
+    mistake: str
+    edits: tuple[tuple[str, str], ...]
+    expect: str = r"wrong|NaN|Inf"
+    checked: bool = False
+
+    language = "cuda"
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}:{self.name}"
+
+    def kernel_file(self) -> str:
+        raise NotImplementedError
+
+    def source(self) -> str:
+        """The kernel file's text with this entry's edits made."""
+        from course.kernels import read_source
+        return apply_edits(read_source(self.kernel_file()), self.edits, self.id)
+
+    def module(self):
+        """The edited file compiled for the CPU runtime, the build its grading launches first (messages
+        name the original file)."""
+        from course.simt import RawModule
+        return RawModule(code=self.source(), language=self.language, name=self.kernel_file().rsplit("/", 1)[1],
+                         compile_now="checked" if self.checked else "fast")
+
+
+def exercise_of(test_cell: str) -> str:
+    """Test cells are named test_<solution cell>[_hidden]."""
+    return re.sub(r"_hidden$", "", test_cell.removeprefix("test_"))
+
+
+def corpus(assignment: str | None = None) -> list[WrongSolution]:
+    from autograder.corpora.wrong import lesson00, lesson01, lesson02
+    entries = lesson00.WRONG + lesson01.WRONG + lesson02.WRONG
+    return [e for e in entries if assignment in (None, e.assignment)]
+
+
+def packs(assignment: str) -> list[list[WrongSolution]]:
+    """The assignment's entries dealt into submissions that hold at most one wrong answer per exercise:
+    the i-th pack has the i-th entry of every exercise that has one. Grading the packs puts every entry
+    through nbgrader in a few submissions instead of one each."""
+    by_cell: dict[str, list[WrongSolution]] = {}
+    for entry in corpus(assignment):
+        by_cell.setdefault(entry.cell, []).append(entry)
+    depth = max((len(v) for v in by_cell.values()), default=0)
+    return [[v[i] for v in by_cell.values() if i < len(v)] for i in range(depth)]
+
+
+def make_submission(solution_notebook: Path, *wrongs: WrongSolution) -> nbformat.NotebookNode:
+    """The instructor notebook with the solution cell of each entry replaced by its wrong answer."""
+    nb = copy.deepcopy(nbformat.read(solution_notebook, as_version=4))
+    if len({w.cell for w in wrongs}) != len(wrongs):
+        raise ValueError("a submission can hold one wrong answer per solution cell")
+    for wrong in wrongs:
+        cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == wrong.cell]
+        if len(cells) != 1 or not cells[0].metadata["nbgrader"].get("solution"):
+            raise ValueError(f"{wrong.student_id}: no solution cell {wrong.cell!r} in {solution_notebook}")
+        cells[0].source = wrong.apply(cells[0].source)
+    return nb

@@ -1,0 +1,71 @@
+"""Wrong kernels for lesson 07 in CUDA C (kernels/cuda/07_backward_atomic.cu and 07_backward_split.cu).
+
+Each entry is a small edit of the course's own kernel file: a mistake a learner makes when writing
+the backward pass. The tests compile every edited file for the CPU runtime and require the gradient
+check, run with memcheck + racecheck and a random schedule, to fail with ``expect`` in its message
+(a missing barrier or a non-atomic dQ is caught by racecheck, not by a wrong number that luck could hide).
+Every ``old`` text occurs exactly once in its file, so an edit changes the one line it names.
+"""
+from __future__ import annotations
+
+import functools
+
+from autograder.corpora.wrong import WrongKernel
+
+__all__ = ["WrongCudaKernel", "WRONG_KERNELS"]
+
+
+class WrongCudaKernel(WrongKernel):
+    """``key`` is "atomic" or "split" (course.tracks.cuda.BACKWARD_FILES); every entry is graded with the
+    checked build, as a learner's backward kernel is."""
+
+    @property
+    def kind(self) -> str:
+        return self.key
+
+    def kernel_file(self) -> str:
+        from course.tracks.cuda import BACKWARD_FILES as FILES
+        return FILES[self.key]
+
+    def module(self):
+        from course.simt import RawModule
+        return RawModule(code=self.source(), language="cuda", name=self.kernel_file().rsplit("/", 1)[1],
+                         compile_now="checked")
+
+
+# A wrong backward must fail the gradient check by name (dq, dk or dv) unless it says otherwise.
+_W = functools.partial(WrongCudaKernel, expect=r"wrong d[qkv]")
+RACE = r"data race"
+
+WRONG_KERNELS: list[WrongCudaKernel] = [
+    # -- 07_backward_atomic.cu ----------------------------------------------------------------------
+    _W("atomic", "non-atomic-dq", "adds its share into dQ with a plain += although other blocks add to the same rows",
+       (("atomicAdd(&dq[(size_t)(m0 + i) * d + c], share * scale);", "dq[(size_t)(m0 + i) * d + c] += share * scale;"),),
+       expect=RACE),
+    _W("atomic", "missing-syncthreads", "reads the P and dS tiles without waiting for the threads that write them",
+       (("        __syncthreads();  // every P and dS entry of the tile is written before anyone reads one\n", ""),),
+       expect=RACE),
+    _W("atomic", "missing-delta", "computes dS = P ∘ dP, forgetting the row term Δ = rowsum(dO ∘ O)",
+       (("ds = p * (dp - delta_s[i]);       // the softmax backward", "ds = p * dp;"),)),
+    _W("atomic", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
+       (("p = expf(s * scale - lse_s[i]);   // P rebuilt", "p = expf(s * scale);   // P rebuilt"),)),
+    _W("atomic", "mask-off-by-one", "masks j < i + diag, hiding the diagonal the forward pass let through",
+       (("if (causal) visible = visible && key <= row + diag;", "if (causal) visible = visible && key < row + diag;"),)),
+    _W("atomic", "dq-exchanged", "writes its share of dQ with atomicExch, over the other blocks' shares",
+       (("atomicAdd(&dq[", "atomicExch(&dq["),), expect=r"wrong dq"),
+    # -- 07_backward_split.cu -----------------------------------------------------------------------
+    _W("split", "missing-syncthreads", "backward_dq reads the dS tile before every thread has written its part",
+       (("        __syncthreads();  // backward_dq: the dS tile is complete\n", ""),), expect=RACE),
+    _W("split", "key-tile-overwritten", "backward_dq loads the next K, V tile while others still read the last one",
+       (("        __syncthreads();  // the previous key tile is no longer read (the first time: Q, dO, LSE, Δ are in)\n",
+         ""),), expect=RACE),
+    _W("split", "missing-delta-in-dq", "forgets Δ in backward_dq only, so dK and dV stay right",
+       (("ds = p * (dp - delta_s[i]);                   // dS of backward_dq", "ds = p * dp;"),), expect=r"wrong dq"),
+    _W("split", "p-without-lse-in-dkdv", "rebuilds P in backward_dkdv as exp(S), without the saved LSE",
+       (("p = expf(s * scale - lse_s[i]);       // P of backward_dkdv", "p = expf(s * scale);"),), expect=r"wrong d[kv]"),
+    _W("split", "causal-end-too-early", "stops backward_dq's key loop at the block's first row instead of its last",
+       (("min(m0 + BLOCK_M + diag, n_k)", "min(m0 + diag, n_k)"),), expect=r"wrong dq"),
+    _W("split", "dq-mask-off-by-one", "masks j < i + diag in backward_dq, unlike the forward pass and backward_dkdv",
+       (("if (causal) visible = visible && key <= row + diag;   // mask of backward_dq",
+         "if (causal) visible = visible && key < row + diag;   // mask of backward_dq"),), expect=r"wrong dq"),
+]

@@ -1,0 +1,117 @@
+"""Wrong kernels for the Triton track (lessons 02-08).
+
+Each entry is a small edit of the course's own kernel file: the mistake a learner makes when
+writing that step. The test suite loads every edited file and requires the step's check to fail
+(with ``expect`` in the message where the reason matters, e.g. a race that only racecheck sees).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from autograder.corpora.wrong import apply_edits
+
+__all__ = ["WrongKernel", "WRONG_KERNELS"]
+
+
+@dataclass(frozen=True)
+class WrongKernel:
+    exercise: str
+    name: str
+    mistake: str
+    edits: tuple[tuple[str, str], ...]
+    expect: str = "wrong|NaN|Inf|-inf|race"
+    """A regular expression the failure message must match."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise}:{self.name}"
+
+    def build(self, directory: Path) -> Callable[..., Any]:
+        """Write the edited kernel file into ``directory`` and return the step's function from it."""
+        from course.kernels import kernel_path
+        from course.tracks.triton import solution, step
+
+        s = step(self.exercise)
+        original = kernel_path(s.kernel_file)
+        path = directory / original.name
+        path.write_text(apply_edits(original.read_text(), self.edits, self.id))
+        return solution(s, str(path))
+
+
+_W = WrongKernel
+
+WRONG_KERNELS: list[WrongKernel] = [
+    # -- 02: online softmax and merged states ----------------------------------------------------
+    _W("02.online_softmax_triton", "missing-rescale", "adds new terms to l without rescaling the old sum to the new max",
+       (("l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)", "l = l + tl.sum(tl.exp(x - m_safe), axis=0)"),)),
+    _W("02.online_softmax_triton", "stale-max", "computes the new max but never keeps it",
+       (("        m = m_new\n", ""),)),
+    _W("02.online_softmax_triton", "tail-padded-with-zero", "pads the last block with 0 instead of -inf, so padding counts",
+       (('x = tl.load(row_ptr + cols, mask=cols < stop, other=float("-inf"))', "x = tl.load(row_ptr + cols, mask=cols < stop, other=0.0)"),)),
+    _W("02.online_softmax_merge_triton", "second-sum-not-rescaled", "rescales only the first state's sum",
+       (("l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)", "l = l_a * tl.exp(m_a - m_safe) + l_b"),)),
+    _W("02.online_softmax_merge_triton", "nan-on-empty", "does not guard two empty states: exp(-inf - (-inf)) is NaN",
+       (('m_safe = tl.where(m == float("-inf"), 0.0, m)', "m_safe = m"),), expect="empty"),
+    _W("02.online_softmax_merge_triton", "sums-added-raw", "adds the two sums as if they shared a max",
+       (("l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)", "l = l_a + l_b"),)),
+    # -- 03: tiled forward ------------------------------------------------------------------------
+    _W("03.tiled_triton", "missing-rescale", "never rescales acc when the max grows",
+       (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),)),
+    _W("03.tiled_triton", "stale-max", "computes the new max but never keeps it",
+       (("        m = m_new\n", ""),)),
+    _W("03.tiled_triton", "tail-keys-unmasked", "lets the padded keys of the last tile score 0 instead of -inf",
+       (('        s = tl.where(key_ok[None, :], s, float("-inf"))', ""),)),
+    _W("03.tiled_triton", "lse-without-max", "writes log(l) as the LSE, forgetting the running max",
+       (("lse = m + tl.log(l)", "lse = tl.log(l)"),), expect="wrong LSE"),
+    # -- 04: pipelined --------------------------------------------------------------------------
+    _W("04.double_buffer_triton", "missing-rescale", "never rescales acc when the max grows",
+       (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),)),
+    _W("04.double_buffer_triton", "descriptor-padding-unmasked", "trusts the descriptor's zero padding as if it were -inf",
+       (('        s = tl.where((start_n + offs_n < N_CTX_K)[None, :], s, float("-inf"))', ""),)),
+    _W("04.double_buffer_triton", "lse-in-base-2", "stores the LSE in base-2 units",
+       (("lse = (m + tl.log2(l)) * 0.6931471805599453", "lse = m + tl.log2(l)"),), expect="wrong LSE"),
+    # -- 05: tensor cores -------------------------------------------------------------------------
+    _W("05.mma_triton", "missing-rescale", "forgets to rescale the accumulator before the next MMA",
+       (("        acc = acc * alpha[:, None]\n", ""),)),
+    _W("05.mma_triton", "sum-not-rescaled", "rescales acc but not the row sum l",
+       (("l = l * alpha + tl.sum(p, axis=1)", "l = l + tl.sum(p, axis=1)"),)),
+    _W("05.mma_triton", "log2e-twice", "folds log2(e) into the scale and then uses exp, not exp2",
+       (("alpha = tl.math.exp2(m - m_new)", "alpha = tl.exp(m - m_new)"), ("p = tl.math.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])"))),
+    # -- 06: causal -----------------------------------------------------------------------------
+    _W("06.causal_triton", "mask-off-by-one", "masks j < i instead of j <= i, hiding each query's own key",
+       (("key_idx[None, :] <= rows[:, None] + diagonal", "key_idx[None, :] < rows[:, None] + diagonal"),)),
+    _W("06.causal_triton", "top-left-alignment", "aligns the mask top-left, wrong whenever Nq != Nk",
+       (("diagonal = n_k - n_q   #", "diagonal = 0   #"),)),
+    _W("06.causal_triton", "diagonal-blocks-unmasked", "runs the blocks that straddle the diagonal without the mask",
+       (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = hi // BLOCK_N * BLOCK_N"),)),
+    _W("06.causal_triton", "nan-on-empty-rows", "does not guard rows that see no key: 2^(-inf - (-inf)) is NaN",
+       (('m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_sub = m_new"),)),
+    # -- 07: backward ---------------------------------------------------------------------------
+    _W("07.backward_atomic_triton", "non-atomic-dq", "adds into dQ with a plain load and store instead of an atomic",
+       (('tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")',
+         "tl.store(dq_ptrs, tl.load(dq_ptrs, mask=q_mask, other=0.0) + dq_part, mask=q_mask)"),), expect="data race"),
+    _W("07.backward_atomic_triton", "dq-overwritten", "stores its share of dQ over the other programs' shares",
+       (('tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")', "tl.store(dq_ptrs, dq_part, mask=q_mask)"),)),
+    _W("07.backward_atomic_triton", "missing-delta", "computes dS = P ∘ dP, forgetting the row term Δ = rowsum(dO ∘ O)",
+       (("ds = p * (dp - delta[:, None])", "ds = p * dp"),)),
+    _W("07.backward_atomic_triton", "mask-off-by-one", "masks j < i in the backward, unlike the forward",
+       (("offs_n[None, :] <= offs_m[:, None] + diag", "offs_n[None, :] < offs_m[:, None] + diag"),)),
+    _W("07.backward_split_triton", "dq-unscaled", "forgets the softmax scale on dQ",
+       (("    dq = dq * scale\n", ""),), expect="wrong dq"),
+    _W("07.backward_split_triton", "causal-end-too-early", "stops the dQ key loop at the block's first row",
+       (("end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)", "end_n = tl.minimum(start_m + diag, n_k)"),)),
+    _W("07.backward_split_triton", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
+       (('p = tl.exp(tl.where(visible, s - lse[:, None], float("-inf")))', 'p = tl.exp(tl.where(visible, s, float("-inf")))'),)),
+    # -- 08: the autograd function ----------------------------------------------------------------
+    _W("08.flash_attention_triton", "forward-ignores-causal", "always runs the non-causal forward",
+       (("_forward.causal_attention_forward(q, k, v, causal, scale)", "_forward.causal_attention_forward(q, k, v, False, scale)"),)),
+    _W("08.flash_attention_triton", "backward-ignores-causal", "runs the backward without the causal mask",
+       (("do.contiguous(), causal=ctx.causal,", "do.contiguous(), causal=False,"),), expect="wrong d"),
+    _W("08.flash_attention_triton", "dk-dv-swapped", "returns the gradients of K and V in each other's places",
+       (("return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads), None, None, None",
+         "return dq, _sum_groups(dv, kv_heads), _sum_groups(dk, kv_heads), None, None, None"),), expect="wrong d"),
+    _W("08.flash_attention_triton", "backward-default-scale", "recomputes P in the backward with scale 1",
+       (("scale=ctx.scale,", "scale=1.0,"),), expect="wrong d"),
+]

@@ -1,0 +1,1 @@
+"""The nbgrader preprocessors the course adds, one class per module, named after it."""

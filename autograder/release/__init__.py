@@ -1,0 +1,1 @@
+"""Stage 1: building the student release from ``solutions/`` (``python -m autograder release``)."""

@@ -1,0 +1,1 @@
+"""The sandbox submissions are graded in (bubblewrap): settings, the kernel command, exit reports."""

@@ -1,0 +1,338 @@
+"""The CUDA C ladder's benchmark, in the manner of llm.c's dev/cuda: validate every step, then time it.
+
+    python -m course.tools.bench_cuda            # validate on the CPU runtime; on a GPU also validate there and time
+    python -m course.tools.bench_cuda --quick    # fewer tile sizes and shapes
+    python -m course.tools.bench_cuda --help     # every option
+
+1. Validation, always: every step of the ladder (kernels/cuda/02-06) runs on the CPU SIMT runtime at
+   several tile sizes (``TILE_CHOICES``), on shapes that are no multiple of any tile, and is compared
+   with the float64 oracle within the error budget (O, and LSE where the step writes it; causal and
+   not for step 06). A step that fails stops the run: timing a wrong kernel tells nothing.
+2. On an NVIDIA GPU (``course.simt.gpu.launch_cuda``: NVRTC through cupy or cuda-python), the same
+   validation on the GPU, then timings on (heads, N, N, D) float16 inputs: every tile choice of every
+   step, the best one reported, next to the previous step and ``torch`` SDPA on the same inputs;
+   lesson 01's naive kernel (one head per launch) is timed too where it compiles. The table goes to
+   ``docs/cuda_benchmarks.md`` (``--out``) with the device's name.
+   Timing: a step's time is the median over repetitions of ``LaunchResult.seconds`` (launch to
+   completion, measured on the host around the launch and a device synchronize: it includes a few
+   microseconds of launch overhead, small next to kernels of milliseconds); SDPA is timed the same
+   way (call, synchronize). Steps 02-04 compute in float32 and get float32 copies of the inputs
+   (made outside the timed launch).
+3. Without a GPU it says so in one sentence, runs only the validation, and exits 0 when it passed.
+
+This module has not run on a GPU in this repository: the machines that run its tests have none.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from course.engines import check_attention
+from course.errors import CheckFailed, CourseError
+from course.inputs import Case
+from course.kernels import kernel_path
+from course.paths import REPO
+from course.tracks.table import exercises
+from course.tracks.cuda import STEPS, Tiles, forward, module_for
+
+__all__ = ["LADDER", "TILE_CHOICES", "gpu_status", "validate_cpu", "validate_gpu", "time_gpu", "render_markdown",
+           "main"]
+
+# The forward ladder of the CUDA track, lesson 02 on (lesson 01 is timed as the naive baseline).
+LADDER = [row.id for row in exercises(track="cuda") if "01" < row.lesson < "07"]
+
+# Tile sizes every step is validated at (and, on a GPU, timed at). The first is the step's default.
+TILE_CHOICES: dict[str, list[Tiles]] = {
+    "02.online_softmax_cuda": [STEPS["02.online_softmax_cuda"].tiles, Tiles(8), Tiles(16)],
+    "03.tiled_cuda": [STEPS["03.tiled_cuda"].tiles, Tiles(8, 64), Tiles(32, 32)],
+    "04.double_buffer_cuda": [STEPS["04.double_buffer_cuda"].tiles, Tiles(8, 64), Tiles(32, 32)],
+    "05.mma_cuda": [STEPS["05.mma_cuda"].tiles, Tiles(64, 32), Tiles(128, 64)],
+    "06.causal_cuda": [STEPS["06.causal_cuda"].tiles, Tiles(64, 32), Tiles(128, 64)],
+}
+DEFAULT_OUT = REPO / "docs" / "cuda_benchmarks.md"
+
+
+def tiles_text(tiles: Tiles) -> str:
+    return f"block_m={tiles.block_m}" + (f" block_n={tiles.block_n}" if tiles.block_n else "")
+
+
+def _choices(exercise: str, quick: bool) -> list[Tiles]:
+    return TILE_CHOICES[exercise][:2] if quick else TILE_CHOICES[exercise]
+
+
+def validation_cases(exercise: str) -> list[Case]:
+    """Two shapes that are no multiple of any tile choice, Nq != Nk both ways; causal too for step 06."""
+    step = STEPS[exercise]
+    dt = torch.float16 if step.half_inputs else torch.float32
+    d = 48 if step.d_multiple == 16 else 36 if step.d_multiple == 4 else 40
+    cases = [Case(70, 93, d, kind="peaky", dtype=dt, seed=31), Case(131, 57, 64, dtype=dt, seed=32)]
+    if step.causal:
+        cases += [replace(c, causal=True, seed=c.seed + 10) for c in cases]
+    return cases
+
+
+def _check(exercise: str, fn: Callable[..., Any], device: str = "cpu"):
+    step = STEPS[exercise]
+    return check_attention(exercise, fn, validation_cases(exercise), with_lse=step.writes_lse,
+                           pass_causal=step.causal, device=device)
+
+
+def _function(exercise: str, tiles: Tiles, module=None, runner=None) -> Callable[..., Any]:
+    """The step as check_attention calls it, on the CPU runtime (``module``) or through ``runner``."""
+    if STEPS[exercise].causal:
+        return lambda q, k, v, causal=False: forward(exercise, module, q, k, v, None, causal, tiles, runner=runner)
+    return lambda q, k, v: forward(exercise, module, q, k, v, None, False, tiles, runner=runner)
+
+
+def validate_cpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print) -> bool:
+    """Every step at every tile choice on the CPU runtime against the oracle; True when all pass."""
+    ok = True
+    for exercise in steps:
+        module = module_for(exercise)
+        for tiles in _choices(exercise, quick):
+            try:
+                report = _check(exercise, _function(exercise, tiles, module=module))
+            except CheckFailed as failure:
+                log(f"✗ {exercise} {tiles_text(tiles)} on the CPU runtime:\n{failure}")
+                ok = False
+                continue
+            log(f"✓ {exercise} {tiles_text(tiles)}: {report.cases} cases within budget "
+                f"on the CPU runtime (worst {report.worst_ratio:.2f}× of budget)")
+    return ok
+
+
+# ------------------------------------------------------------------------------------------------
+# The GPU
+# ------------------------------------------------------------------------------------------------
+
+def gpu_status() -> tuple[bool, str]:
+    """Whether kernels can be launched and timed on an NVIDIA GPU here, and if not, why."""
+    from course.simt import gpu
+
+    ok, why = gpu.cuda_available()
+    if not ok:
+        return False, why
+    if not torch.cuda.is_available():
+        return False, f"torch {torch.__version__} sees no CUDA device (it is needed for the inputs and for SDPA)"
+    return True, why
+
+
+class _GpuRunner:
+    """``forward``'s runner on the GPU: launch_cuda on the step's file; keeps each launch's seconds."""
+
+    def __init__(self, exercise: str):
+        self.path = str(kernel_path(STEPS[exercise].kernel_file))
+        self.seconds: list[float] = []
+
+    def __call__(self, name: str, grid, block, args, shared_mem: int) -> None:
+        from course.simt import gpu
+
+        self.seconds.append(gpu.launch_cuda(None, self.path, name, grid, block, args, shared_mem=shared_mem).seconds)
+
+
+def validate_gpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print) -> bool:
+    ok = True
+    for exercise in steps:
+        for tiles in _choices(exercise, quick):
+            try:
+                report = _check(exercise, _function(exercise, tiles, runner=_GpuRunner(exercise)), device="cuda")
+            except (CheckFailed, CourseError) as failure:
+                log(f"✗ {exercise} {tiles_text(tiles)} on the GPU:\n{failure}")
+                ok = False
+                continue
+            log(f"✓ {exercise} {tiles_text(tiles)}: {report.cases} cases within budget "
+                f"on the GPU (worst {report.worst_ratio:.2f}× of budget)")
+    return ok
+
+
+@dataclass
+class Timing:
+    shape: tuple[int, int, int, bool]   # heads, N, D, causal
+    name: str                           # "02.online_softmax_cuda", "torch SDPA", ...
+    ms: float | None
+    tiles: Tiles | None = None
+    note: str = ""
+
+    @property
+    def tflops(self) -> float | None:
+        heads, n, d, causal = self.shape
+        flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
+        return flops / (self.ms * 1e-3) / 1e12 if self.ms else None
+
+
+def _median_ms(run: Callable[[], float], reps: int, budget_s: float = 1.0) -> float:
+    """Median of ``run()`` (seconds per call) after two warm-up calls, in milliseconds."""
+    run()
+    run()
+    times, start = [], time.perf_counter()
+    while len(times) < reps or (time.perf_counter() - start < budget_s and len(times) < 10 * reps):
+        times.append(run())
+    return statistics.median(times) * 1e3
+
+
+def _time_step(exercise: str, tiles: Tiles, q, k, v, causal: bool, reps: int) -> float:
+    runner = _GpuRunner(exercise)
+    if not STEPS[exercise].half_inputs:  # float32 copies once, outside the timed launches
+        q, k, v = (t.float() for t in (q, k, v))
+
+    def once() -> float:
+        runner.seconds.clear()
+        forward(exercise, None, q, k, v, None, causal, tiles, runner=runner)
+        return sum(runner.seconds)
+    return _median_ms(once, reps)
+
+
+def _time_naive(q, k, v, reps: int) -> float:
+    from course.simt import gpu
+
+    path = str(kernel_path(STEPS["01.naive_cuda"].kernel_file))
+    q, k, v = (t.float().contiguous() for t in (q, k, v))
+    o = torch.empty_like(q)
+    heads, n, d = q.shape
+    blocks = (n + 63) // 64
+
+    def once() -> float:  # lesson 01's kernel takes one head per launch
+        return sum(gpu.launch_cuda(None, path, "naive_attention", (blocks,), (64,),
+                                   (q[h], k[h], v[h], o[h], n, n, d, 1.0 / math.sqrt(d))).seconds for h in range(heads))
+    return _median_ms(once, reps)
+
+
+def _time_sdpa(q, k, v, causal: bool, reps: int) -> float:
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q4, k4, v4 = (t[None] for t in (q, k, v))
+
+    def once() -> float:
+        start = time.perf_counter()
+        sdpa(q4, k4, v4, is_causal=causal)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+    return _median_ms(once, reps)
+
+
+def time_gpu(shapes: Sequence[tuple[int, int, int, bool]], quick: bool, reps: int,
+             log: Callable[[str], None] = print, steps: Sequence[str] = LADDER) -> list[Timing]:
+    results: list[Timing] = []
+    for heads, n, d, causal in shapes:
+        shape = (heads, n, d, causal)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(heads, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
+        if not causal:
+            try:
+                results.append(Timing(shape, "01.naive_cuda", _time_naive(q, k, v, max(2, reps // 4))))
+            except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
+                results.append(Timing(shape, "01.naive_cuda", None, note=_short(e)))
+        for exercise in steps:
+            if causal and not STEPS[exercise].causal:
+                continue
+            best: Timing | None = None
+            for tiles in _choices(exercise, quick):
+                try:
+                    t = Timing(shape, exercise, _time_step(exercise, tiles, q, k, v, causal, reps), tiles)
+                except Exception as e:  # noqa: BLE001
+                    t = Timing(shape, exercise, None, tiles, note=_short(e))
+                if best is None or (t.ms is not None and (best.ms is None or t.ms < best.ms)):
+                    best = t
+            results.append(best)  # type: ignore[arg-type]
+        results.append(Timing(shape, "torch SDPA", _time_sdpa(q, k, v, causal, reps)))
+        for t in results[-(len(steps) + 2):]:
+            if t.shape == shape:
+                log(f"{_shape_text(shape)}  {t.name:22s} " + (f"{t.ms:9.3f} ms" if t.ms else f"failed: {t.note}"))
+    return results
+
+
+def _short(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 140 else text[:137] + "…"
+
+
+def _shape_text(shape: tuple[int, int, int, bool]) -> str:
+    heads, n, d, causal = shape
+    return f"H={heads} N={n} D={d}{' causal' if causal else ''}"
+
+
+def render_markdown(results: Sequence[Timing], device: str, when: str) -> str:
+    """The timings as markdown: one table per shape; each step against the previous one and SDPA."""
+    lines = ["# The CUDA C ladder on a GPU", "",
+             f"Measured with `python -m course.tools.bench_cuda` on **{device}**, {when}. Inputs (H, N, N, D) float16 "
+             "(float32 copies for steps 02-04); each step at its fastest tile choice; times are medians of "
+             "launch-to-completion on the host (see the module's docstring).", ""]
+    shapes = list(dict.fromkeys(t.shape for t in results))
+    for shape in shapes:
+        rows = [t for t in results if t.shape == shape]
+        sdpa = next((t.ms for t in rows if t.name == "torch SDPA"), None)
+        lines += [f"## {_shape_text(shape)}", "",
+                  "| step | tiles | ms | TFLOP/s | vs previous step | vs SDPA |",
+                  "|---|---|--:|--:|--:|--:|"]
+        previous = None
+        for t in rows:
+            tiles = tiles_text(t.tiles) if t.tiles else ""
+            if t.ms is None:
+                lines.append(f"| {t.name} | {tiles} | failed: {t.note} | | | |")
+                continue
+            vs_prev = f"{previous / t.ms:.2f}× faster" if previous and t.name != "torch SDPA" else ""
+            vs_sdpa = f"{t.ms / sdpa:.2f}× SDPA's time" if sdpa and t.name != "torch SDPA" else ""
+            lines.append(f"| {t.name} | {tiles} | {t.ms:.3f} | {t.tflops:.1f} | {vs_prev} | {vs_sdpa} |")
+            if t.name != "torch SDPA":
+                previous = t.ms
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m course.tools.bench_cuda", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="two tile choices per step and one shape")
+    p.add_argument("--steps", default=",".join(LADDER), help="comma-separated exercise ids (default: the whole ladder)")
+    p.add_argument("--heads", type=int, default=16, help="heads per launch on the GPU (default 16)")
+    p.add_argument("--sizes", default="1024,4096", help="sequence lengths N on the GPU (default 1024,4096)")
+    p.add_argument("--head-dims", default="64,128", help="head dims D on the GPU (default 64,128)")
+    p.add_argument("--reps", type=int, default=20, help="timed repetitions at least (default 20)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"markdown output (default {DEFAULT_OUT})")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    ok, why = gpu_status()
+    if not ok:
+        print(f"No NVIDIA GPU can run kernels here ({why.rstrip('.')}), so only the CPU-runtime validation runs "
+              f"and nothing is timed.")
+    steps = [s for s in args.steps.split(",") if s]
+    unknown = [s for s in steps if s not in LADDER]
+    if unknown:
+        print(f"not a step of the CUDA ladder: {', '.join(unknown)}; the steps are {', '.join(LADDER)}", file=sys.stderr)
+        return 2
+    print("Validating every step on the CPU SIMT runtime against the float64 oracle:")
+    if not validate_cpu(steps, quick=args.quick):
+        return 1
+    if not ok:
+        return 0
+    print("Validating every step on the GPU:")
+    if not validate_gpu(steps, quick=args.quick):
+        return 1
+    sizes = [int(s) for s in args.sizes.split(",")][:1 if args.quick else None]
+    dims = [int(s) for s in args.head_dims.split(",")][:1 if args.quick else None]
+    shapes = [(args.heads, n, d, causal) for n in sizes for d in dims for causal in (False, True)]
+    results = time_gpu(shapes, args.quick, args.reps, steps=steps)
+    device = torch.cuda.get_device_name(0)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render_markdown(results, device, when))
+    print(f"Wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""``python -m course run 04 --track cuda``: validate one lesson step's kernel file, as llm.c's dev/cuda files do.
+
+The course's own kernel file is graded exactly as a learner's answer would be (``course.check`` with
+the exercise's cases: the float64 oracle, the error budget, and on the CPU runtime memcheck, racecheck
+and a random schedule). On a machine with an NVIDIA GPU the Triton and CUDA forward steps are then
+timed against PyTorch's SDPA by the benchmark of their track.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from course.tracks.table import TRACKS, KernelExercise, exercises
+
+__all__ = ["select", "validate", "main"]
+
+
+def select(lesson: str, track: str, variant: str | None = None) -> list[KernelExercise]:
+    """The table rows ``run`` validates; a ValueError that lists what exists when there are none."""
+    lesson = lesson.zfill(2)
+    rows = [r for r in exercises(track=track, lesson=lesson) if variant is None or r.variant == variant]
+    if not rows:
+        same_lesson = sorted({f"--track {r.track}" + (f" --variant {r.variant}" if r.variant else "")
+                              for r in exercises(lesson=lesson)})
+        if same_lesson:
+            raise ValueError(f"lesson {lesson} has no {track} kernel" + (f" with variant {variant!r}" if variant else "")
+                             + f"; it has: {', '.join(same_lesson)}")
+        lessons = sorted({r.lesson for r in exercises(track=track)})
+        raise ValueError(f"lesson {lesson} has no kernel; the {track} track has lessons {', '.join(lessons)}")
+    return rows
+
+
+def _answer(row: KernelExercise):
+    """The course's own answer to ``row``: the Triton function, or the compiled CUDA / Metal file."""
+    if row.track == "triton":
+        from course.tracks.triton import solution
+        return solution(row)
+    from course.simt import RawModule
+    return RawModule(path=row.path)
+
+
+def validate(rows: Sequence[KernelExercise], log: Callable[[str], None] = print) -> bool:
+    """``course.check`` on each row's kernel file; True when every one passes."""
+    from course.exercises import check
+    from course.errors import CourseError
+
+    ok = True
+    for row in rows:
+        start = time.perf_counter()
+        try:
+            check(row.id, _answer(row))
+        except CourseError as failure:
+            log(f"✗ {row.id} ({row.kernel_file}):\n{failure}")
+            ok = False
+            continue
+        log(f"  {row.kernel_file} passed {row.id} in {time.perf_counter() - start:.1f} s")
+    return ok
+
+
+def _time_on_gpu(rows: Sequence[KernelExercise], log: Callable[[str], None]) -> int:
+    """Time the rows that have a benchmark, when there is an NVIDIA GPU; 0 when nothing failed."""
+    import torch
+
+    if not torch.cuda.is_available():
+        log("No NVIDIA GPU here, so nothing is timed (`make bench` on a GPU machine times every step).")
+        return 0
+    import tempfile
+    out = Path(tempfile.mkdtemp(prefix="course-run-"))
+    status = 0
+    for row in rows:
+        if row.track == "triton":
+            from course.tools import bench_triton
+            keys = {k.key for k in bench_triton.KERNELS if k.exercise == row.id}
+            if keys:
+                status |= bench_triton.main(["--quick", "--kernels", ",".join(sorted(keys)),
+                                             "--out", str(out / f"{row.stem}.md"), "--plot", str(out / f"{row.stem}.png")])
+                continue
+        elif row.track == "cuda":
+            from course.tools import bench_cuda
+            if row.id in bench_cuda.LADDER:
+                status |= bench_cuda.main(["--quick", "--steps", row.id, "--out", str(out / f"{row.stem}_cuda.md")])
+                continue
+        log(f"{row.id}: no GPU timing for this step (the benchmarks time the forward steps of Triton and CUDA C).")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course run",
+                                     description="Validate one lesson step's kernel file against the float64 "
+                                                 "oracle on this machine's tier, and time it on a GPU.")
+    parser.add_argument("lesson", help="the lesson number, e.g. 04")
+    parser.add_argument("--track", choices=TRACKS, required=True, help="which language's kernel file")
+    parser.add_argument("--variant", help="one variant of a step that has several (lesson 07: atomic, split)")
+    parser.add_argument("--no-timing", action="store_true", help="validate only, even on a GPU")
+    args = parser.parse_args(argv)
+    try:
+        rows = select(args.lesson, args.track, args.variant)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    ok = validate(rows)
+    if ok and not args.no_timing:
+        return _time_on_gpu(rows, print)
+    return 0 if ok else 1

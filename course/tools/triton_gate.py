@@ -1,0 +1,727 @@
+"""A real-compiler gate for the Triton track, on a machine without a GPU.
+
+The CPU tier runs every Triton kernel in Triton's interpreter, which executes the kernel body as
+numpy code. That proves the arithmetic, but not that the kernel *compiles*: the interpreter
+happily accepts things the real compiler rejects (a ``tl.dot`` on an 8-wide tile, a loop variable
+that changes type between iterations, ...), and it says nothing about registers, spills or
+shared memory. Triton's wheel ships ``ptxas``, so the whole NVIDIA pipeline (Triton IR → LLVM →
+PTX → cubin) runs on a CPU-only machine. This module drives it.
+
+How the gate finds out what to compile, without drifting from the kernels:
+
+1. A worker process starts with ``TRITON_INTERPRET=0`` (so ``@triton.jit`` builds real
+   ``JITFunction`` objects and the kernel files pick their GPU autotune lists), loads the lesson
+   files from ``kernels/triton/`` and calls each lesson's real Python wrapper on *fake CUDA
+   tensors* (``torch``'s FakeTensorMode: shapes, dtypes, strides and ``device='cuda'`` but no
+   memory), so every wrapper takes its GPU branch (block sizes, warps, stages, dQ buffers, ...).
+2. ``kernel[grid](...)`` is intercepted: nothing runs, the launch's arguments are recorded.
+3. Each recorded launch is specialised exactly as ``JITFunction.run`` would (Triton's own binder:
+   pointer dtypes, 16-divisibility of ints and pointers, constexprs, launch options) and compiled
+   with ``triton.compile`` for each target (sm_80, sm_90). Autotuned kernels are compiled for the
+   configs their autotuner keeps after its own pruning: by default the first that fits in the
+   target's shared memory (the autotuner skips the others too), with ``--full`` all of them.
+4. Registers, stack and spills come from the cubin (``cuobjdump -res-usage``; ``ptxas -v`` when
+   there is a stack frame), shared memory from Triton's metadata (its dynamic allocation).
+
+    python -m course.tools.triton_gate            # the default matrix, a table, exit 1 on any failure
+    python -m course.tools.triton_gate --full     # every dtype, head dim and autotune config
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateReport", "run_gate", "main"]
+
+from course.paths import KERNELS, REPO
+from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
+from course.tracks.table import exercises
+
+KERNEL_DIR = KERNELS / "triton"
+
+# Every Triton file but the capstone (08 only calls the kernels of 06 and 07, which are compiled here).
+LESSONS = tuple(dict.fromkeys(row.stem for row in exercises(track="triton") if row.lesson != "08"))
+TARGETS = GATE_TARGETS
+SMEM_LIMIT = OPT_IN_SHARED
+DTYPES = ("fp16", "bf16", "fp32")
+N_CTX = 128       # sequence length of the fake launches: a multiple of 16, as real workloads are
+SOFTMAX_COLS = 256
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Which launches to capture and compile."""
+    lessons: tuple[str, ...] = LESSONS
+    dtypes: tuple[str, ...] = DTYPES
+    head_dims: tuple[int, ...] = (64, 128)
+    head_dims_by_dtype: tuple[tuple[str, tuple[int, ...]], ...] = (("bf16", (64,)), ("fp32", (64,)))
+    """Overrides of ``head_dims`` for some dtypes. The default keeps the run short: fp32 tiles go
+    through tl.dot's exact "ieee" path on the FMA units (huge unrolled code, 10-90 s per compile),
+    and bf16 takes the same tensor-core path as fp16."""
+    causal: tuple[bool, ...] = (False, True)
+    targets: tuple[int, ...] = TARGETS
+    gqa: bool = False
+    """Also the grouped-query launch of the lesson-06 kernel that lesson 08's operator makes (H_kv < H)."""
+    all_configs: bool = False
+    """False: the config a GPU ends up with first: the first one its autotuner keeps after pruning
+    that fits in shared memory. True: every config the autotuner keeps."""
+
+    def head_dims_for(self, dtype: str) -> tuple[int, ...]:
+        return dict(self.head_dims_by_dtype).get(dtype, self.head_dims)
+
+
+DEFAULT = Matrix()
+FULL = Matrix(head_dims=(40, 64, 128), head_dims_by_dtype=(), all_configs=True)
+
+
+@dataclass
+class Result:
+    """One compile: a kernel, one specialisation, one target."""
+    lesson: str
+    kernel: str
+    dtype: str = "-"
+    head_dim: int | None = None
+    causal: bool | None = None
+    variant: str = ""
+    config: str = ""
+    target: int = 0
+    autotuned: bool = False
+    config_index: int = 0             # position in the autotune list (after the autotuner's pruning)
+    ok: bool = False
+    regs: int | None = None
+    spills: int | None = None         # bytes of spill stores (ptxas -v); 0 when there is no stack frame
+    stack: int | None = None          # bytes of per-thread stack frame
+    smem: int | None = None           # bytes of dynamic shared memory Triton allocates per program
+    seconds: float = 0.0
+    error: str = ""
+    note: str = ""                    # e.g. why the autotuner would skip this config
+
+    @property
+    def status(self) -> str:
+        return "FAIL" if not self.ok else ("skip" if self.note else "ok")
+
+    @property
+    def label(self) -> str:
+        parts = [self.lesson, self.kernel, self.dtype, f"D={self.head_dim}" if self.head_dim else "",
+                 "" if self.causal is None else f"causal={self.causal}", self.variant, self.config,
+                 f"sm_{self.target}" if self.target else ""]
+        return " ".join(p for p in parts if p and p != "-")
+
+
+@dataclass
+class GateReport:
+    results: list[Result] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and not self.failures
+
+    def table(self) -> str:
+        head = ("lesson", "kernel", "dtype", "D", "causal", "variant", "config", "target", "regs", "spills", "smem", "status")
+        rows = [head]
+        for r in self.results:
+            rows.append((r.lesson, r.kernel, r.dtype, "-" if r.head_dim is None else str(r.head_dim),
+                         "-" if r.causal is None else ("T" if r.causal else "F"), r.variant or "-", r.config or "-",
+                         f"sm_{r.target}" if r.target else "-", _num(r.regs), _num(r.spills), _num(r.smem),
+                         r.status))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+        lines = ["  ".join(c.rjust(w) if i in (3, 8, 9, 10) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+                 for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        n, bad = len(self.results), len(self.failures)
+        spilled = sum(1 for r in self.results if r.status == "ok" and r.spills)
+        skipped = sum(1 for r in self.results if r.status == "skip")
+        text = f"{n - bad}/{n} compiles succeeded in {self.seconds:.0f} s"
+        if skipped:
+            text += f"; {skipped} autotune config(s) need more shared memory than the target has (the autotuner skips them)"
+        if spilled:
+            text += f"; {spilled} compile(s) spill registers to local memory"
+        return text
+
+    def errors(self) -> str:
+        return "\n\n".join(f"FAILED {r.label}:\n{r.error}" for r in self.failures)
+
+
+def _num(x: int | None) -> str:
+    return "-" if x is None else str(x)
+
+
+# ================================================================================================
+# Driver side: spawn workers (TRITON_INTERPRET=0), merge their results.
+# ================================================================================================
+
+def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None = None, jobs: int | None = None,
+             cache_dir: str | None = None, timeout: float | None = None) -> GateReport:
+    """Compile every launch of ``matrix`` for real; never raises for a kernel that fails to compile.
+
+    ``kernels_dir`` replaces ``kernels/triton`` (to gate a learner's copy, or a deliberately broken one).
+    ``cache_dir`` sets Triton's cache (a fresh temporary folder measures cold compile times).
+    ``timeout`` (seconds, for the whole run) stops the workers; what they finished is kept.
+    """
+    start = time.monotonic()
+    jobs = max(1, jobs or min(2, os.cpu_count() or 1))
+    env = dict(os.environ)
+    env["TRITON_INTERPRET"] = "0"              # real JITFunctions: the interpreter must stay out of this
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, stated so it does not warn
+    if cache_dir:
+        env["TRITON_CACHE_DIR"] = str(cache_dir)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    spec = json.dumps({"matrix": dataclasses.asdict(matrix), "kernels_dir": str(kernels_dir or KERNEL_DIR)})
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="triton_aot_") as tmp:
+        procs = []
+        try:
+            for i in range(jobs):
+                out = Path(tmp) / f"shard{i}.jsonl"
+                cmd = [sys.executable, "-m", "course.tools.triton_gate", "--worker", f"{i}/{jobs}", "--spec", spec, "--out", str(out)]
+                log = open(Path(tmp) / f"shard{i}.log", "w+")
+                # A session of its own, so that stopping a worker also stops the ptxas it is running.
+                procs.append((subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True), out, log))
+            for proc, out, log in procs:
+                left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
+                try:
+                    proc.wait(timeout=left)
+                except subprocess.TimeoutExpired:
+                    _stop(proc)
+                    results.append(Result("-", "<worker>", error=f"a compile worker ran past the {timeout:.0f} s limit "
+                                                                 "and was stopped; the results it had are listed"))
+                if out.exists():  # one JSON line per finished compile: a stopped worker keeps its results
+                    results += [Result(**json.loads(line)) for line in out.read_text().splitlines() if line.strip()]
+                log.seek(0)
+                text = log.read()
+                if proc.returncode not in (0, -9):
+                    results.append(Result("-", "<worker>", error=f"a compile worker exited with status "
+                                                                 f"{proc.returncode}:\n{text[-3000:]}"))
+        finally:
+            for proc, _, log in procs:
+                if proc.poll() is None:
+                    _stop(proc)
+                log.close()
+    results.sort(key=_sort_key)
+    return GateReport(results, time.monotonic() - start)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill a worker and whatever it started (its own process group)."""
+    import signal
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _sort_key(r: Result):
+    return (r.lesson, r.kernel, r.variant, DTYPES.index(r.dtype) if r.dtype in DTYPES else -1, r.head_dim or 0,
+            r.causal is True, r.target, r.config_index)
+
+
+# ================================================================================================
+# Worker side: capture the wrappers' launches on fake CUDA tensors, then compile them.
+# ================================================================================================
+
+class _Ptr:
+    """What a recorded tensor argument keeps: all Triton's specialisation looks at."""
+
+    def __init__(self, dtype, ptr: int, element_size: int):
+        self.dtype = dtype
+        self._ptr = ptr
+        self._element_size = element_size
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+    def element_size(self) -> int:
+        return self._element_size
+
+
+@dataclass
+class _Launch:
+    lesson: str
+    case: dict
+    kernel: Any                  # JITFunction or Autotuner
+    args: tuple
+    kwargs: dict
+
+
+def _fake_cuda_mode():
+    """A context in which tensors are fake, on ``cuda``, with 256-byte-aligned fake data pointers."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.overrides import TorchFunctionMode
+
+    class FakeCuda(TorchFunctionMode):
+        def __enter__(self):
+            self.fake = FakeTensorMode(allow_non_fake_inputs=True)
+            self.fake.__enter__()
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            try:
+                return super().__exit__(*exc)
+            finally:
+                self.fake.__exit__(*exc)
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name == "data_ptr":
+                # cudaMalloc returns 256-byte aligned blocks; a view starts storage_offset elements in.
+                t = args[0]
+                return (1 << 20) + t.storage_offset() * t.element_size()
+            # A CPU-only torch cannot index or copy_ into fake CUDA tensors the ordinary way. Fake
+            # tensors hold no values, so a copy only has to leave the destination as it is.
+            if name == "copy_" and isinstance(args[0], FakeTensor):
+                return args[0]
+            if name in ("contiguous", "clone") and isinstance(args[0], FakeTensor):
+                t = args[0]
+                return t if name == "contiguous" and t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+            if name in ("__getitem__", "__setitem__") and isinstance(args[0], FakeTensor):
+                view = _narrow(args[0], args[1])
+                if view is not None:
+                    return view if name == "__getitem__" else None
+            return func(*args, **kwargs)
+
+    return FakeCuda()
+
+
+def _narrow(t, index):
+    """t[index] for an index made of slices and at most one Ellipsis, via narrow(): the CPU-only
+    torch cannot index a fake CUDA tensor the ordinary way. None when the index is anything else."""
+    index = index if isinstance(index, tuple) else (index,)
+    if sum(i is Ellipsis for i in index) > 1 or not all(i is Ellipsis or isinstance(i, slice) for i in index):
+        return None
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (t.dim() - len(index) + 1) + index[at + 1:]
+    for dim, s in enumerate(index):
+        if s.step not in (None, 1):
+            return None
+        start, stop, _ = s.indices(t.shape[dim])
+        t = t.narrow(dim, start, max(0, stop - start))
+    return t
+
+
+def _load_module(path: Path):
+    import importlib.util
+    name = "course_aot_kernels." + re.sub(r"\W", "_", path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # the JIT resolves globals through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
+    if lesson == "02_online_softmax":
+        for dtype in m.dtypes:
+            yield {"dtype": dtype}
+        return
+    for dtype in m.dtypes:
+        for d in m.head_dims_for(dtype):
+            if lesson in ("06_causal", "07_backward"):
+                for causal in m.causal:
+                    yield {"dtype": dtype, "head_dim": d, "causal": causal}
+                    if lesson == "06_causal" and m.gqa:
+                        yield {"dtype": dtype, "head_dim": d, "causal": causal, "variant": "GQA"}
+            else:
+                yield {"dtype": dtype, "head_dim": d}
+
+
+def _call_wrappers(module, lesson: str, case: dict) -> None:
+    """Call the lesson's public wrappers the way the exercises do, on fake CUDA tensors."""
+    import torch
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[case["dtype"]]
+
+    def rand(*shape, dt=dtype):
+        return torch.empty(*shape, dtype=dt, device="cuda")
+
+    if lesson == "02_online_softmax":
+        x = rand(4, SOFTMAX_COLS)
+        module.online_softmax(x)
+        module.partial_states(x, 4)
+        m, l = rand(4, 4, dt=torch.float32), rand(4, 4, dt=torch.float32)
+        module.merge(m, l, m, l)
+        return
+    d = case["head_dim"]
+    if lesson == "01_naive":
+        q = rand(N_CTX, d)
+        module.naive_attention(q, q, q)
+        return
+    q = rand(2, N_CTX, d)
+    if lesson == "03_tiled":
+        module.tiled_attention(q, q, q)
+    elif lesson == "04_double_buffer":
+        module.pipelined_attention(q, q, q)
+    elif lesson == "05_mma":
+        module.tensor_core_attention(q, q, q)
+    elif lesson == "06_causal" and case.get("variant") == "GQA":
+        # Lesson 08's operator: (B, H, N, D) queries, K and V with H_kv = H / 2 heads.
+        kv = rand(2, 2, N_CTX, d)
+        module.causal_attention_forward(rand(2, 4, N_CTX, d), kv, kv, case["causal"])
+    elif lesson == "06_causal":
+        module.causal_attention(q, q, q, causal=case["causal"])
+    elif lesson == "07_backward":
+        lse = rand(2, N_CTX, dt=torch.float32)
+        for mode in ("atomic", "separate"):
+            module.attention_backward(q, q, q, q, lse, q, causal=case["causal"], dq_mode=mode)
+    else:
+        raise ValueError(f"the gate does not know how to call lesson {lesson!r}")
+
+
+def _capture(matrix: Matrix, kernels_dir: Path) -> tuple[list[_Launch], list[Result]]:
+    """Every launch the wrappers make for the matrix, recorded instead of run."""
+    import torch
+    from triton.runtime.jit import KernelInterface
+
+    launches: list[_Launch] = []
+    errors: list[Result] = []
+    current: dict = {}
+
+    def record(kernel, grid):
+        def launch(*args, **kwargs):
+            pack = lambda a: _Ptr(a.dtype, a.data_ptr(), a.element_size()) if isinstance(a, torch.Tensor) else a  # noqa: E731
+            launches.append(_Launch(current["lesson"], dict(current["case"]), kernel, tuple(pack(a) for a in args),
+                                    {k: pack(v) for k, v in kwargs.items()}))
+        return launch
+
+    saved = KernelInterface.__getitem__
+    KernelInterface.__getitem__ = record
+    try:
+        for lesson in matrix.lessons:
+            path = kernels_dir / f"{lesson}.py"
+            try:
+                module = _load_module(path)
+            except Exception as e:  # a kernel file that does not even import
+                errors.append(Result(lesson, "<import>", error=f"importing {path} failed: {_describe(e)}"))
+                continue
+            for case in _cases(lesson, matrix):
+                current.update(lesson=lesson, case=case)
+                try:
+                    with _fake_cuda_mode():
+                        _call_wrappers(module, lesson, case)
+                except Exception as e:
+                    errors.append(Result(lesson, "<wrapper>", dtype=case["dtype"], head_dim=case.get("head_dim"),
+                                         causal=case.get("causal"),
+                                         error=f"calling the wrapper on fake CUDA tensors failed{_where(e)}: {_describe(e)}"))
+    finally:
+        KernelInterface.__getitem__ = saved
+    return launches, errors
+
+
+def _where(e: BaseException) -> str:
+    """ at file:line of the innermost frame outside this module, or ''."""
+    import traceback
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if Path(f.filename).resolve() != Path(__file__).resolve() and "site-packages" not in f.filename]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return f"{type(e).__name__}: {text}" if type(e).__name__ not in text[:80] else text
+
+
+@dataclass
+class _Unit:
+    """One compile to do: a plain JITFunction, its arguments and launch options, and the row labels."""
+    result: Result
+    fn: Any
+    args: tuple
+    kwargs: dict
+
+
+@dataclass
+class _Group:
+    """One launch on one target: a single unit, or one unit per config its autotuner keeps (in order)."""
+    units: list[_Unit]
+    autotuned: bool
+    stop_at_first_fit: bool
+
+
+def _groups(launches: list[_Launch], matrix: Matrix) -> tuple[list[_Group], list[Result]]:
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    groups: dict[tuple, _Group] = {}
+    errors: list[Result] = []
+    for launch in launches:
+        kernel, configs = launch.kernel, [None]
+        autotuned = isinstance(kernel, Autotuner)
+        if autotuned:
+            # The autotuner's own pruning, on the real arguments (as Autotuner.run does).
+            kernel.nargs = dict(zip(kernel.arg_names, launch.args))
+            try:
+                configs = kernel.prune_configs(launch.kwargs) if len(kernel.configs) > 1 else list(kernel.configs)
+            except Exception as e:
+                errors.append(Result(launch.lesson, _name(kernel), error=f"autotune pruning failed: {_describe(e)}"))
+                continue
+            finally:
+                kernel.nargs = None
+        fn = kernel
+        while not isinstance(fn, JITFunction):
+            fn = fn.fn
+        for target in matrix.targets:
+            units = []
+            for index, config in enumerate(configs):
+                kwargs = dict(launch.kwargs, **(config.all_kwargs() if config is not None else {}))
+                named = dict(zip(fn.arg_names, launch.args), **kwargs)
+                r = Result(launch.lesson, fn.__name__, dtype=_dtype_of(launch.args), head_dim=launch.case.get("head_dim"),
+                           causal=bool(named["CAUSAL"]) if "CAUSAL" in named else None,
+                           variant=_variant(launch.case, named),
+                           config=_config_label(named), target=target, autotuned=autotuned, config_index=index)
+                units.append(_Unit(r, fn, launch.args, kwargs))
+            # Two cases can make the same launch (e.g. the Δ pre-pass, causal or not): compile it once.
+            # The key holds what specialisation looks at, so launches that compile differently stay apart.
+            key = tuple(u.result.label for u in units) + (_specialisation_key(launch.args, launch.kwargs),)
+            groups.setdefault(key, _Group(units, autotuned, autotuned and not matrix.all_configs))
+    return list(groups.values()), errors
+
+
+def _run_group(group: _Group) -> list[Result]:
+    """Compile a group's configs. An autotuned config that needs more shared memory than the target
+    has is skipped, as the autotuner skips it on the GPU; the launch fails only if no config fits."""
+    results = []
+    for unit in group.units:
+        r = _compile(unit)
+        if group.autotuned and _OVER_SMEM in r.error:
+            r.ok, r.note, r.error = True, "the autotuner skips it: " + r.error.split(": ", 1)[-1], ""
+        results.append(r)
+        if group.stop_at_first_fit and not r.note:
+            break
+    if group.autotuned and all(r.note for r in results) and len(results) == len(group.units):
+        for r in results:
+            r.ok, r.error = False, f"no config of this autotune list fits in sm_{r.target}'s shared memory; {r.note}"
+    return results
+
+
+def _variant(case: dict, named: dict) -> str:
+    parts = [case.get("variant", "")]
+    if "ATOMIC_DQ" in named:
+        parts.append("atomic dQ" if named["ATOMIC_DQ"] else "no dQ")
+    return " ".join(p for p in parts if p)
+
+
+def _specialisation_key(args: tuple, kwargs: dict) -> str:
+    """What Triton's specialisation sees of the arguments: dtypes and 16-byte alignment of pointers,
+    ints equal to 1 or divisible by 16, the type of other scalars; constexprs and options by value."""
+    def feature(a):
+        if isinstance(a, _Ptr):
+            return ("ptr", str(a.dtype), a.data_ptr() % 16 == 0)
+        if isinstance(a, bool) or not isinstance(a, int):
+            return repr(a) if isinstance(a, (bool, str)) or a is None else type(a).__name__
+        return ("int", a == 1, a % 16 == 0, -2**31 <= a < 2**31)
+    return repr([feature(a) for a in args] + sorted((k, repr(v)) for k, v in kwargs.items()))
+
+
+def _name(kernel) -> str:
+    while hasattr(kernel, "fn") and not hasattr(kernel, "arg_names"):
+        kernel = kernel.fn
+    return getattr(kernel, "__name__", type(kernel).__name__)
+
+
+def _dtype_of(args: tuple) -> str:
+    for a in args:
+        if isinstance(a, _Ptr):
+            return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(str(a.dtype), str(a.dtype))
+    return "-"
+
+
+def _config_label(named: dict) -> str:
+    blocks = [f"{k.replace('BLOCK_', '')}{v}" for k, v in named.items() if k.startswith("BLOCK") and k != "BLOCK_D"]
+    return " ".join(blocks + [f"w{named.get('num_warps', 4)}", f"s{named.get('num_stages', 3)}"])
+
+
+_BINDERS: dict = {}
+_OVER_SMEM = "out of resources: needs"
+
+
+def _compile(unit: _Unit) -> Result:
+    """Specialise like JITFunction.run, compile with triton.compile, read the resource usage."""
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    r, fn = unit.result, unit.fn
+    start = time.monotonic()
+    try:
+        target = GPUTarget("cuda", r.target, 32)
+        if (fn, r.target) not in _BINDERS:
+            backend = make_backend(target)
+            _BINDERS[fn, r.target] = backend, create_function_from_signature(fn.signature, fn.params, backend)
+        backend, binder = _BINDERS[fn, r.target]
+        kwargs = dict(unit.kwargs)
+        kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
+        kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+        kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+        bound, specialization, options = binder(*unit.args, **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+        r.smem = int(compiled.metadata.shared)
+        r.regs, r.stack, r.spills = _resources(compiled, r.target)
+        limit = SMEM_LIMIT.get(r.target)
+        if limit is not None and r.smem > limit:
+            raise RuntimeError(f"{_OVER_SMEM} {r.smem} bytes of shared memory per program; sm_{r.target} allows at most {limit}")
+        r.ok = True
+    except Exception as e:
+        r.ok, r.error = False, _describe(e)
+    r.seconds = round(time.monotonic() - start, 2)
+    return r
+
+
+def _resources(compiled, capability: int) -> tuple[int | None, int | None, int | None]:
+    """(registers, stack bytes, spill-store bytes) of a compiled kernel, from its cubin."""
+    from triton import knobs
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory(prefix="aot_res_") as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        out = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", str(cubin)], capture_output=True, text=True,
+                             check=True).stdout
+        usage = re.search(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)", out)
+        if not usage:
+            raise RuntimeError(f"cannot read cuobjdump's resource usage:\n{out}")
+        regs, stack, local = int(usage.group(1)), int(usage.group(2)), int(usage.group(4))
+        if stack == 0 and local == 0:
+            return regs, 0, 0  # no stack frame: nothing can have spilled
+        # A stack frame: ask ptxas (same flags Triton uses) how much of it is spills.
+        ptx = Path(tmp) / "k.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        fmad = [] if compiled.metadata.enable_fp_fusion else ["--fmad=false"]
+        log = subprocess.run([get_ptxas(capability).path, "-lineinfo", *fmad, "-v", "--regAllocOptLevel=2",
+                              f"--gpu-name={sm_arch_from_capability(capability)}", str(ptx), "-o", str(Path(tmp) / "k.o")],
+                             capture_output=True, text=True).stderr
+        spill = re.search(r"(\d+) bytes spill stores", log)
+        return regs, stack, int(spill.group(1)) if spill else None
+
+
+def _worker(shard: str, spec: dict, out: Path) -> int:
+    index = int(shard.split("/")[0])
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise SystemExit("the compile worker needs TRITON_INTERPRET=0")
+    fields = dict(spec["matrix"])
+    overrides = tuple((dtype, tuple(dims)) for dtype, dims in fields.pop("head_dims_by_dtype"))
+    matrix = Matrix(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}, head_dims_by_dtype=overrides)
+    launches, errors = _capture(matrix, Path(spec["kernels_dir"]))
+    groups, more = _groups(launches, matrix)
+    errors += more
+    # Every worker captured the same groups in the same order; each takes the next group nobody has
+    # claimed yet (an exclusive create is atomic), so a slow fp32 compile does not hold up the rest.
+    claims = out.parent / "claims"
+    claims.mkdir(exist_ok=True)
+
+    def claim(i: int) -> bool:
+        try:
+            os.close(os.open(claims / str(i), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+
+    with open(out, "a") as sink:
+        def emit(r: Result) -> None:
+            sink.write(json.dumps(dataclasses.asdict(r)) + "\n")
+            sink.flush()
+        if index == 0:
+            for e in errors:
+                emit(e)
+        for i, group in enumerate(groups):
+            if claim(i):
+                for r in _run_group(group):
+                    emit(r)
+    return 0
+
+
+# ================================================================================================
+# Command line
+# ================================================================================================
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m course.tools.triton_gate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--full", action="store_true", help="fp16/bf16/fp32 at D 40/64/128, every autotune config "
+                   "(long: roughly an hour on 2 cores, mostly fp32; narrow it with --dtypes/--head-dims)")
+    p.add_argument("--lessons", nargs="+", help=f"a subset of {' '.join(LESSONS)} (prefixes like 03 work)")
+    p.add_argument("--dtypes", nargs="+", choices=DTYPES)
+    p.add_argument("--head-dims", nargs="+", type=int, help="for every dtype (default: fp16 at 64 and 128, bf16 and "
+                   "fp32 at 64; fp32 compiles are the slow ones)")
+    p.add_argument("--targets", nargs="+", type=int, help="compute capabilities, e.g. 80 90")
+    p.add_argument("--causal", nargs="+", choices=("false", "true"), help="which causal settings (lessons 06, 07)")
+    p.add_argument("--all-configs", action="store_true", help="every autotune config the autotuner keeps")
+    p.add_argument("--gqa", action="store_true", help="also lesson 08's grouped-query launch of the lesson-06 kernel")
+    p.add_argument("--kernels-dir", help="a folder with the lesson files instead of kernels/triton")
+    p.add_argument("--jobs", type=int, help="compile processes (default: min(2, cores))")
+    p.add_argument("--cold", action="store_true", help="use an empty Triton cache (measures real compile time)")
+    p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds (what finished is reported)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--spec", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _lessons(names: list[str]) -> tuple[str, ...]:
+    picked = []
+    for name in names:
+        hits = [lesson for lesson in LESSONS if lesson.startswith(name) or lesson == name]
+        if len(hits) != 1:
+            raise SystemExit(f"unknown lesson {name!r}; choose from {', '.join(LESSONS)}")
+        picked.append(hits[0])
+    return tuple(picked)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parse(argv)
+    if a.worker:
+        return _worker(a.worker, json.loads(a.spec), Path(a.out))
+    m = FULL if a.full else DEFAULT
+    m = dataclasses.replace(
+        m,
+        lessons=_lessons(a.lessons) if a.lessons else m.lessons,
+        dtypes=tuple(a.dtypes) if a.dtypes else m.dtypes,
+        head_dims=tuple(a.head_dims) if a.head_dims else m.head_dims,
+        head_dims_by_dtype=() if a.head_dims else m.head_dims_by_dtype,
+        targets=tuple(a.targets) if a.targets else m.targets,
+        causal=tuple(c == "true" for c in a.causal) if a.causal else m.causal,
+        all_configs=m.all_configs or a.all_configs,
+        gqa=m.gqa or a.gqa,
+    )
+    dims = ", ".join(f"{t} D={'/'.join(map(str, m.head_dims_for(t)))}" for t in m.dtypes)
+    print(f"compiling the Triton track for {', '.join(f'sm_{t}' for t in m.targets)} ({dims}; "
+          f"{'every' if m.all_configs else 'first'} autotune config) ...", flush=True)
+    with tempfile.TemporaryDirectory(prefix="triton_aot_cache_") as cold:
+        report = run_gate(m, kernels_dir=a.kernels_dir, jobs=a.jobs, cache_dir=cold if a.cold else None,
+                          timeout=a.timeout)
+    print(report.table())
+    if report.failures:
+        print()
+        print(report.errors())
+    print()
+    print(report.summary())
+    if a.json:
+        Path(a.json).write_text(json.dumps([dataclasses.asdict(r) for r in report.results], indent=1))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The one table of kernel exercises: every lesson step, in every track that has it.
+
+Names follow one rule, so that a reader can find any step in any language:
+
+- a kernel file is ``kernels/<track>/<lesson>_<step>.<ext>`` (``kernels/cuda/03_tiled.cu``): the same
+  lesson step has the same stem in every track;
+- its exercise id is ``<lesson>.<step>_<track>`` (``03.tiled_cuda``), or ``<lesson>.<step>_<variant>_<track>``
+  where one step comes in variants (``07.backward_split_cuda``);
+- a variant has a file of its own (``07_backward_split.cu``) unless one file holds every variant, as
+  ``kernels/triton/07_backward.py`` does (its wrapper takes ``dq_mode``).
+
+Exercises that are plain Python in a notebook (``01.attention_torch``) have no track and are not here;
+:mod:`course.exercises` registers those. The tests, benchmarks, compile gates, corpora, notebooks and
+slides all walk this table, so a new step is added here once.
+
+Run any step on this machine's tier with ``python -m course run 03 --track cuda``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from course.errors import CourseError
+from course.paths import REPO
+
+__all__ = ["TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises"]
+
+TRACKS = ("triton", "cuda", "metal")
+EXTENSIONS = {"triton": "py", "cuda": "cu", "metal": "metal"}
+
+
+@dataclass(frozen=True)
+class KernelExercise:
+    lesson: str
+    """Two digits: the lesson the step belongs to."""
+    step: str
+    """The step's name, the same in every track (``tiled``, ``double_buffer``, ``mma``)."""
+    track: str
+    """``triton``, ``cuda`` or ``metal``."""
+    entry: tuple[str, ...]
+    """What the exercise runs: the Python function of a Triton file, or the kernels of a CUDA or Metal
+    file in launch order."""
+    variant: str = ""
+    """One of several versions of the step (``atomic`` / ``split``), or empty."""
+    shared_file: bool = False
+    """The variant lives in the step's one file rather than in ``<lesson>_<step>_<variant>``."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """What the track's launcher needs beyond the names (bound keyword arguments for Triton; launch
+    layout, tile sizes, input dtype and the ``#define``s it reads for CUDA and Metal)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.step}_{self.variant}" if self.variant else self.step
+
+    @property
+    def id(self) -> str:
+        return f"{self.lesson}.{self.name}_{self.track}"
+
+    @property
+    def stem(self) -> str:
+        return f"{self.lesson}_{self.step if self.shared_file or not self.variant else self.name}"
+
+    @property
+    def kernel_file(self) -> str:
+        """Repository-relative path of the kernel file."""
+        return f"kernels/{self.track}/{self.stem}.{EXTENSIONS[self.track]}"
+
+    @property
+    def path(self) -> Path:
+        return REPO / self.kernel_file
+
+    @property
+    def run_command(self) -> str:
+        """The command that validates this row's kernel file (every variant a shared file holds)."""
+        variant = f" --variant {self.variant}" if self.variant and not self.shared_file else ""
+        return f"python -m course run {self.lesson} --track {self.track}{variant}"
+
+
+def _t(lesson, step, function, variant="", shared_file=False, **options):
+    return KernelExercise(lesson, step, "triton", (function,), variant, shared_file, options)
+
+
+def _c(lesson, step, kernels, variant="", **options):
+    return KernelExercise(lesson, step, "cuda", tuple(kernels.split()), variant, False, options)
+
+
+def _m(lesson, step, kernels, variant="", **options):
+    return KernelExercise(lesson, step, "metal", tuple(kernels.split()), variant, False, options)
+
+
+_BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
+
+# Forward steps of CUDA C: `layout` names how the launcher sizes the grid and shared memory
+# (course.tracks.cuda.forward_config), `tiles` the default (block_m, block_n).
+# Metal steps: `defines` are the #define'd numbers the launcher reads from the file itself.
+EXERCISES: tuple[KernelExercise, ...] = (
+    _t("01", "naive", "naive_attention"),
+    _c("01", "naive", "naive_attention", layout="naive"),
+    _m("01", "naive", "naive_attention"),
+    _t("02", "online_softmax", "online_softmax"),
+    _t("02", "online_softmax", "merge", variant="merge", shared_file=True),
+    _c("02", "online_softmax", "warp_attention", layout="warp_per_row", tiles=(4, 0)),
+    _t("03", "tiled", "tiled_attention"),
+    _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True),
+    _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N")),
+    _t("04", "double_buffer", "pipelined_attention"),
+    _c("04", "double_buffer", "double_buffer_attention", layout="double_buffer", tiles=(16, 32), writes_lse=True,
+       d_multiple=4),
+    _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4),
+    _t("05", "mma", "tensor_core_attention"),
+    _c("05", "mma", "wmma_attention", layout="wmma", tiles=(64, 64), writes_lse=True, half_inputs=True,
+       d_multiple=16),
+    _m("05", "mma", "simdgroup_attention", defines=("MAX_HEAD_DIM",), d_multiple=8, half_inputs=True),
+    _t("06", "causal", "causal_attention"),
+    _c("06", "causal", "causal_attention", layout="wmma", tiles=(64, 64), writes_lse=True, causal=True,
+       half_inputs=True, d_multiple=16),
+    _t("07", "backward", "attention_backward", variant="atomic", shared_file=True, dq_mode="atomic"),
+    _t("07", "backward", "attention_backward", variant="split", shared_file=True, dq_mode="split"),
+    _c("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic"),
+    _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split"),
+    _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES),
+    _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES),
+    _t("08", "flash_attention", "flash_attention"),
+)
+
+_BY_ID = {e.id: e for e in EXERCISES}
+
+
+def exercise(exercise_id: str) -> KernelExercise:
+    try:
+        return _BY_ID[exercise_id]
+    except KeyError:
+        raise CourseError(f"no kernel exercise {exercise_id!r}; the kernel exercises are "
+                          f"{', '.join(_BY_ID)}") from None
+
+
+def exercises(track: str | None = None, lesson: str | None = None, step: str | None = None
+              ) -> list[KernelExercise]:
+    """The table's rows, in order, optionally of one track, lesson or step."""
+    return [e for e in EXERCISES if (track is None or e.track == track) and (lesson is None or e.lesson == lesson)
+            and (step is None or e.step == step)]

@@ -1,0 +1,129 @@
+"""Every wrong solution in autograder/corpora/wrong loses points on its exercise.
+
+Two proofs, cheap enough to grow with the course:
+1. *Directly*: one Jupyter kernel runs the honest instructor notebook, then, for each entry, the wrong
+   solution cell and the test cells of its exercise (visible and hidden). At least one must fail; the
+   honest cell is run again before the next entry. So each entry fails because of its own mistake, in
+   an otherwise right notebook.
+2. *Through nbgrader*: the entries are dealt into a few packed submissions (one wrong answer per
+   exercise in each; :func:`autograder.corpora.wrong.packs`) and graded in one batch beside the honest
+   notebook, in the sandbox. Every exercise with a wrong answer in a pack must lose points there, and
+   every exercise without one must keep the honest score.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder.corpora.wrong import corpus, exercise_of, make_submission, packs
+
+ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
+
+
+def _solution(repo: Path, assignment: str) -> Path:
+    return repo / "solutions" / assignment / f"{assignment}.ipynb"
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def test_corpus_covers_every_exercise_with_three_mistakes(repo):
+    for assignment in ASSIGNMENTS:
+        nb = nbformat.read(_solution(repo, assignment), as_version=4)
+        exercises = {_grade_id(c) for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+        counts = {e: sum(1 for w in corpus(assignment) if w.cell == e) for e in exercises}
+        assert all(n >= 3 for n in counts.values()), counts
+
+
+def test_every_entry_applies_to_the_current_solution(repo):
+    for wrong in corpus():
+        nb = make_submission(_solution(repo, wrong.assignment), wrong)
+        assert nb.cells, wrong.student_id
+    assert len({w.student_id for w in corpus()}) == len(corpus()), "student ids must be unique"
+
+
+def test_packs_hold_every_entry_once_and_one_per_exercise():
+    for assignment in ASSIGNMENTS:
+        dealt = [w for pack in packs(assignment) for w in pack]
+        assert sorted(w.student_id for w in dealt) == sorted(w.student_id for w in corpus(assignment))
+        assert all(len({w.cell for w in pack}) == len(pack) for pack in packs(assignment))
+
+
+def _failed(cell) -> bool:
+    return any(out.output_type == "error" for out in cell.get("outputs", []))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_each_wrong_solution_fails_its_own_tests(repo, assignment):
+    path = _solution(repo, assignment)
+    nb = nbformat.read(path, as_version=4)
+    # Limits per cell leave room for a loaded machine (a lesson-01 cell takes seconds alone).
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    by_id = {_grade_id(c): (i, c) for i, c in enumerate(nb.cells) if _grade_id(c)}
+    tests_of = {}
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            tests_of.setdefault(exercise_of(_grade_id(cell)), []).append((i, cell))
+    survivors = []
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, i)
+                assert not _failed(cell), f"the honest notebook fails at cell {i}: {cell.outputs}"
+        for wrong in corpus(assignment):
+            index, honest = by_id[wrong.cell]
+            trial = nbformat.v4.new_code_cell(wrong.apply(honest.source))
+            client.execute_cell(trial, index)
+            results = []
+            for j, test in tests_of[wrong.cell]:
+                probe = nbformat.v4.new_code_cell(test.source)
+                client.execute_cell(probe, j)
+                results.append(_failed(probe))
+            if not any(results):
+                survivors.append(f"{wrong.student_id} ({wrong.mistake})")
+            restored = nbformat.v4.new_code_cell(honest.source)
+            client.execute_cell(restored, index)
+            assert not _failed(restored), f"the honest {wrong.cell} no longer runs after {wrong.student_id}"
+    assert not survivors, "wrong solutions that passed their exercise's tests:\n" + "\n".join(survivors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_grader_takes_points_from_every_pack(repo, tmp_path, assignment):
+    from autograder.grade.pipeline import grade_submissions
+
+    solution = _solution(repo, assignment)
+    submissions = tmp_path / "submissions"
+    dealt = packs(assignment)
+    for n, pack in enumerate(dealt):
+        folder = submissions / f"pack-{n}"
+        folder.mkdir(parents=True)
+        nbformat.write(make_submission(solution, *pack), folder / f"{assignment}.ipynb")
+    (submissions / "honest").mkdir()
+    nbformat.write(nbformat.read(solution, as_version=4), submissions / "honest" / f"{assignment}.ipynb")
+
+    results = {r.student_id: r for r in grade_submissions(submissions, assignment, tmp_path / "work", jobs=2)}
+    honest = results["honest"]
+    assert honest.score == honest.max_score > 0, honest
+
+    kept = []
+    for n, pack in enumerate(dealt):
+        result = results[f"pack-{n}"]
+        wrong_cells = {w.cell: w for w in pack}
+        for exercise in {exercise_of(c) for c in honest.cells}:
+            own = {c: pts for c, pts in result.cells.items() if exercise_of(c) == exercise}
+            full = sum(honest.cells[c] for c in own)
+            if exercise in wrong_cells:
+                if sum(own.values()) >= full:
+                    w = wrong_cells[exercise]
+                    kept.append(f"pack-{n}: {w.student_id} ({w.mistake}) kept {own}")
+            else:  # an exercise answered right keeps its points beside the wrong ones
+                assert own == {c: honest.cells[c] for c in own}, (f"pack-{n}", exercise, own)
+    assert not kept, "wrong solutions that kept their points under nbgrader:\n" + "\n".join(kept)

@@ -1,0 +1,159 @@
+"""Lesson 01 in a real browser: JupyterLab serves the instructor notebook, headless Chromium runs
+every cell from the Run menu, and the test checks what a learner would see: no errors or stderr,
+a working slider, a plot that redraws when the slider moves.
+
+The notebook is copied into a temporary server root, so its outputs never land in the repository.
+The screenshot is kept in test-output/browser/ for a human to look at.
+"""
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from browser_support import (
+    REPO, SCREENSHOTS, LabServer, clear_outputs, launch_chromium, open_notebook, read_cells,
+    report_on_failure, require_browser_tools, run_all_cells, wait_for_idle_kernel, wait_until_done,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LESSON01 = REPO / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb"
+RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the rest is headroom
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    return require_browser_tools()
+
+
+@pytest.fixture(scope="module")
+def lab(chromium, tmp_path_factory):
+    server = LabServer(root=tmp_path_factory.mktemp("lab-root"), state=tmp_path_factory.mktemp("lab-state"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright, chromium)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def run_notebook(page, lab: LabServer, source, name: str):
+    """Copy a notebook into the server root, open it, Run All, and return every cell's report."""
+    shutil.copy(source, lab.root / name)
+    n_cells = clear_outputs(lab.root / name)
+    open_notebook(page, lab, name, n_cells)
+    run_all_cells(page)
+    return wait_until_done(page, lab, name, timeout=RUN_ALL_TIMEOUT_S)
+
+
+def assert_clean_run(cells) -> None:
+    problems = [c.describe() for c in cells if c.problems]
+    assert not problems, "cells wrote errors or stderr:\n\n" + "\n\n".join(problems)
+    not_run = [f"cell {c.number} ({c.first_line!r}) {c.prompt}" for c in cells if c.code and not c.executed]
+    assert not not_run, "code cells without an execution count: " + ", ".join(not_run)
+
+
+# The plot images and the text widgets of a cell, as they look now.
+_PLOTS = "cell => Array.from(cell.querySelectorAll('.jp-OutputArea-output img')).map(img => img.src)"
+_TEXTS = "cell => Array.from(cell.querySelectorAll('.widget-html, .widget-output')).map(t => t.innerText)"
+
+
+def check_slider_redraws_plot(page) -> None:
+    """The first slider's cell shows a plot, and one step of the slider redraws it (and its text)."""
+    from playwright.sync_api import expect
+
+    slider_selector = ".jupyter-widgets.widget-slider"
+    cell = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(slider_selector)).first
+    slider = cell.locator(slider_selector).first
+    expect(slider).to_be_visible()
+    plot = cell.locator(".jp-OutputArea-output img").first
+    expect(plot).to_be_visible()
+    assert plot.evaluate("img => img.naturalWidth > 0"), "the plot image is empty"
+
+    plots_before, texts_before = cell.evaluate(_PLOTS), cell.evaluate(_TEXTS)
+    readout = slider.locator(".widget-readout")
+    value_before = readout.inner_text()
+    handle = slider.locator(".noUi-handle").first
+    handle.scroll_into_view_if_needed()
+    at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+    handle.focus()
+    handle.press("ArrowLeft" if at_max else "ArrowRight")  # one step, as a learner's keyboard would
+    expect(readout).not_to_have_text(value_before)
+    # the plot is redrawn by the kernel, which may need a moment
+    page.wait_for_function(f"([cell, before]) => JSON.stringify(({_PLOTS})(cell)) !== JSON.stringify(before)",
+                           arg=[cell.element_handle(), plots_before], timeout=60_000)
+    expect(plot).to_be_visible()
+    if any(t.strip() for t in texts_before):
+        assert cell.evaluate(_TEXTS) != texts_before, "the plot changed but the text beside it did not"
+
+
+def full_notebook_screenshot(page, path) -> None:
+    """Scroll to the top and grow the window until the last cell fits, so the picture shows every cell."""
+    hidden = page.evaluate("""() => {
+        const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
+        scroller.scrollTop = 0;
+        const cells = scroller.querySelectorAll('.jp-Cell');
+        return cells[cells.length - 1].getBoundingClientRect().bottom
+             - scroller.getBoundingClientRect().bottom + 40;
+    }""")
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": min(size["height"] + max(int(hidden), 0), 12_000)})
+    page.wait_for_timeout(500)  # let the layout settle at the new size
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True)
+
+
+@pytest.mark.skipif(not LESSON01.exists(), reason=f"{LESSON01.relative_to(REPO)} is not in this checkout")
+def test_lesson01_runs_in_jupyterlab(lab, page):
+    with report_on_failure(page, lab, "lesson01-failure.png"):
+        cells = run_notebook(page, lab, LESSON01, LESSON01.name)
+        assert_clean_run(cells)
+        check_slider_redraws_plot(page)
+        # the widget's callback runs again on every move; it must stay quiet too
+        wait_for_idle_kernel(page, lab, LESSON01.name)
+        assert_clean_run(read_cells(page, LESSON01.name))
+        full_notebook_screenshot(page, SCREENSHOTS / "lesson01.png")
+
+
+def test_error_and_stderr_outputs_are_reported(lab, page, tmp_path):
+    """The checks above must see a failing cell, or a clean run would prove nothing."""
+    notebook = tmp_path / "broken.ipynb"
+    nbformat.write(new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
+        cells=[new_code_cell(source) for source in
+               ["x = 1", "import sys\nprint('a warning', file=sys.stderr)", "1 / 0", "y = 2"]]), notebook)
+    with report_on_failure(page, lab, "broken-failure.png"):
+        cells = run_notebook(page, lab, notebook, "broken.ipynb")
+        stderr, error = cells[1].problems, cells[2].problems
+        assert [kind for kind, _ in stderr] == ["wrote to stderr"] and "a warning" in stderr[0][1]
+        assert [kind for kind, _ in error] == ["raised an error"]
+        assert "ZeroDivisionError: division by zero" in error[0][1]
+        # Whether Run All reaches cell 4 after the error is a race between JupyterLab sending the next
+        # request and the kernel aborting its queue, so nothing here depends on it.
+        with pytest.raises(AssertionError, match=r"cell 3 \('1 / 0'\) raised an error"):
+            assert_clean_run(cells)

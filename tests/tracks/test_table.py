@@ -1,0 +1,106 @@
+"""The exercise table and the naming rule hold everywhere a name is used.
+
+A kernel file is ``kernels/<track>/<lesson>_<step>[_<variant>].<ext>`` and its exercise id is
+``<lesson>.<step>[_<variant>]_<track>``. These tests walk the table and fail on a kernel file, notebook
+cell, corpus entry or region reference that names an exercise, file or region that does not exist.
+"""
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from course.exercises import EXERCISES as REGISTERED
+from course.kernels import read_region
+from course.tracks.table import EXERCISES, EXTENSIONS, TRACKS, exercise, exercises
+
+ID = re.compile(r"^(?P<lesson>\d\d)\.(?P<name>[a-z0-9_]+)_(?P<track>triton|cuda|metal)$")
+
+
+@pytest.mark.parametrize("row", EXERCISES, ids=lambda r: r.id)
+def test_row_follows_the_naming_rule_and_its_file_defines_its_entry(row, repo):
+    m = ID.match(row.id)
+    assert m and m["lesson"] == row.lesson and m["track"] == row.track, row.id
+    assert re.fullmatch(rf"kernels/{row.track}/{row.lesson}_{row.step}(_{row.variant})?\.{EXTENSIONS[row.track]}",
+                        row.kernel_file), row.kernel_file
+    assert row.path.is_file(), f"{row.id}: {row.kernel_file} does not exist"
+    text = row.path.read_text()
+    for entry in row.entry:
+        definition = rf"^def {entry}\(" if row.track == "triton" else rf"\b(__global__|kernel)\s+void\s+{entry}\s*\("
+        assert re.search(definition, text, re.M), f"{row.id}: {row.kernel_file} defines no `{entry}`"
+
+
+def test_ids_are_unique_and_every_kernel_file_answers_an_exercise(repo):
+    assert len({r.id for r in EXERCISES}) == len(EXERCISES)
+    files = {str(p.relative_to(repo)) for track in TRACKS for p in (repo / "kernels" / track).iterdir()}
+    assert files == {r.kernel_file for r in EXERCISES}
+
+
+def test_a_step_has_one_name_in_every_track():
+    """For each lesson, the tracks that have a step call it the same (the Triton file holding both
+    backward variants is the one file that stands for two)."""
+    by_lesson: dict[str, dict[str, set[str]]] = {}
+    for r in EXERCISES:
+        by_lesson.setdefault(r.lesson, {}).setdefault(r.track, set()).add(r.step)
+    for lesson, tracks in by_lesson.items():
+        steps = list(tracks.values())
+        assert all(s == steps[0] for s in steps), (lesson, tracks)
+
+
+def test_table_and_check_registry_agree():
+    kernel_ids = {e for e in REGISTERED if ID.match(e)}
+    assert kernel_ids == {r.id for r in EXERCISES}
+    for r in EXERCISES:
+        assert REGISTERED[r.id].takes == ("function" if r.track == "triton" else "kernel module"), r.id
+
+
+@pytest.mark.parametrize("path", sorted(p for t in TRACKS for p in __import__("course").paths.KERNELS.joinpath(t).iterdir()),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_kernel_file_header_ends_with_its_run_command(path):
+    mark = "#" if path.suffix == ".py" else "//"
+    header = []
+    for line in path.read_text().splitlines():
+        if not line.startswith(mark):
+            break
+        header.append(line[len(mark):].strip())
+    rows = [r for r in EXERCISES if r.path == path]
+    commands = list(dict.fromkeys(r.run_command for r in rows))
+    assert header[-len(commands):] == commands, (path.name, header[-3:])
+
+
+def test_notebooks_name_only_existing_exercises_files_and_regions(repo):
+    from course.tools.sync import cell_text_for
+    for folder in ("solutions", "notebooks"):
+        for nb_path in sorted((repo / folder).glob("*/*.ipynb")):
+            nb = nbformat.read(nb_path, as_version=4)
+            for cell in nb.cells:
+                for exercise_id in re.findall(r"check\(\s*['\"]([^'\"]+)['\"]", cell.source):
+                    assert exercise_id in REGISTERED, f"{nb_path.name}: check({exercise_id!r}) names no exercise"
+                ref = cell.get("metadata", {}).get("course", {}).get("source")
+                if ref:
+                    cell_text_for(ref)  # raises on a missing file or region
+
+
+def test_corpora_name_only_existing_exercises():
+    from autograder.corpora.wrong import cuda, cuda_backward, metal, triton
+    for wrong in triton.WRONG_KERNELS:
+        assert exercise(wrong.exercise).track == "triton", wrong.exercise
+    for wrong in cuda.WRONG_CUDA_KERNELS + metal.WRONG_METAL_KERNELS:
+        assert wrong.key in REGISTERED and wrong.kernel_file() == exercise(wrong.key).kernel_file, wrong.id
+    for wrong in cuda_backward.WRONG_KERNELS:
+        assert wrong.kernel_file() == exercise(f"07.backward_{wrong.key}_cuda").kernel_file, wrong.id
+
+
+def test_region_references_in_tests_and_corpora_exist(repo):
+    """Every ``read_region(file, name)`` with literal arguments names a region its file has."""
+    pattern = re.compile(r"read_region\(\s*['\"]([^'\"]+)['\"]\s*,\s*['\"]([^'\"]+)['\"]")
+    for path in list((repo / "tests").rglob("*.py")) + list((repo / "autograder").rglob("*.py")):
+        for ref, name in pattern.findall(path.read_text()):
+            read_region(ref, name)
+
+
+def test_lookups_fail_with_a_sentence():
+    with pytest.raises(Exception, match="no kernel exercise '03.tiled'.*03.tiled_cuda"):
+        exercise("03.tiled")
+    assert [r.id for r in exercises(lesson="07", track="cuda")] == ["07.backward_atomic_cuda", "07.backward_split_cuda"]
