@@ -342,6 +342,10 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     chosen = EXERCISES[exercise]
     if chosen.takes == "kernel module":
         from course.simt import RawModule
+        from course.simt.magic import CompileFailed
+        if isinstance(candidate, CompileFailed):
+            raise CheckFailed(f"{exercise}: your %%{candidate.language} {candidate.name} cell did not compile, so "
+                              f"there is no kernel to check. Fix the error that cell shows and run it again.")
         if not isinstance(candidate, RawModule):
             raise CheckFailed(f"{exercise}: expected the kernels your %%cuda / %%metal cell compiled (the name after "
                               f"the magic), got {type(candidate).__name__}. Run that cell first.")

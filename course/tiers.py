@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 
 from course.simt.toolchain import apple_metal

@@ -14,7 +14,21 @@ import re
 from .errors import CourseError
 from .kernel import RawModule
 
-__all__ = ["register"]
+__all__ = ["register", "CompileFailed"]
+
+
+class CompileFailed:
+    """What a ``%%cuda`` / ``%%metal`` cell's name holds after the cell failed to compile.
+
+    The name must not keep the module of an earlier, successful run of the cell: a check would then
+    grade a kernel the learner has since changed. This placeholder lets the check say what happened.
+    """
+
+    def __init__(self, name: str, language: str):
+        self.name, self.language = name, language
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: the %%{self.language} cell did not compile>"
 
 
 def _compile_cell(language: str, line: str, cell: str, namespace: dict) -> None:
@@ -25,6 +39,7 @@ def _compile_cell(language: str, line: str, cell: str, namespace: dict) -> None:
     suffix = ".cu" if language == "cuda" else ".metal"
     # Line 1 of the cell is the magic itself, so the source starts at line 2. The checked build is the
     # one course.check launches, so it is the one compiled now (the fast one waits for a plain launch).
+    namespace[name] = CompileFailed(name, language)  # replaced below only if this compile succeeds
     namespace[name] = RawModule(code=cell, language=language, name=f"{name}{suffix}", first_line=2,
                                 compile_now="checked")
 

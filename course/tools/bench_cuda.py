@@ -13,11 +13,13 @@
    step, the best one reported, next to the previous step and ``torch`` SDPA on the same inputs;
    lesson 01's naive kernel (one head per launch) is timed too where it compiles. The table goes to
    ``docs/cuda_benchmarks.md`` (``--out``) with the device's name.
-   Timing: a step's time is the median over repetitions of ``LaunchResult.seconds`` (launch to
-   completion, measured on the host around the launch and a device synchronize: it includes a few
-   microseconds of launch overhead, small next to kernels of milliseconds); SDPA is timed the same
-   way (call, synchronize). Steps 02-04 compute in float32 and get float32 copies of the inputs
-   (made outside the timed launch).
+   Timing follows ``bench_triton``'s policy (:mod:`course.tools.timing`: an untimed first call,
+   warm-up, at least ``--reps`` runs and 100 ms, an L2 flush before each run, the median), but a
+   run's time is ``LaunchResult.seconds`` (launch to completion, measured on the host around the
+   launch and a device synchronize: it includes a few microseconds of launch overhead, small next
+   to kernels of milliseconds), not CUDA events, which would also count the launcher's host work
+   before the launch. SDPA is timed the same way (synchronize, call, synchronize). Steps 02-04
+   compute in float32 and get float32 copies of the inputs (made outside the timed launch).
 3. Without a GPU it says so in one sentence, runs only the validation, and exits 0 when it passed.
 
 This module has not run on a GPU in this repository: the machines that run its tests have none.
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -41,11 +42,12 @@ from course.errors import CheckFailed, CourseError
 from course.inputs import Case
 from course.kernels import kernel_path
 from course.paths import REPO
+from course.tools.timing import DEFAULT_REPS, MIN_TOTAL_MS, cuda_l2_flush, forward_flops, measure_self_timed, tflops
 from course.tracks.table import exercises
 from course.tracks.cuda import STEPS, Tiles, forward, module_for
 
-__all__ = ["LADDER", "TILE_CHOICES", "gpu_status", "validate_cpu", "validate_gpu", "time_gpu", "render_markdown",
-           "main"]
+__all__ = ["LADDER", "TILE_CHOICES", "LadderResult", "gpu_status", "validate_cpu", "validate_gpu", "time_gpu",
+           "render_markdown", "main"]
 
 # The forward ladder of the CUDA track, lesson 02 on (lesson 01 is timed as the naive baseline).
 LADDER = [row.id for row in exercises(track="cuda") if "01" < row.lesson < "07"]
@@ -69,12 +71,17 @@ def _choices(exercise: str, quick: bool) -> list[Tiles]:
     return TILE_CHOICES[exercise][:2] if quick else TILE_CHOICES[exercise]
 
 
-def validation_cases(exercise: str) -> list[Case]:
-    """Two shapes that are no multiple of any tile choice, Nq != Nk both ways; causal too for step 06."""
+def validation_cases(exercise: str, lengths: Sequence[tuple[int, int]] = ((70, 93), (131, 57)),
+                     seed: int = 31) -> list[Case]:
+    """Two cases of (Nq, Nk) ``lengths``: a peaky one at a head dim that is no power of two, a plain one
+    at D = 64; causal copies too for step 06. The default lengths are no multiple of any tile choice
+    and have Nq != Nk both ways."""
     step = STEPS[exercise]
     dt = torch.float16 if step.half_inputs else torch.float32
     d = 48 if step.d_multiple == 16 else 36 if step.d_multiple == 4 else 40
-    cases = [Case(70, 93, d, kind="peaky", dtype=dt, seed=31), Case(131, 57, 64, dtype=dt, seed=32)]
+    (nq_peaky, nk_peaky), (nq_plain, nk_plain) = lengths
+    cases = [Case(nq_peaky, nk_peaky, d, kind="peaky", dtype=dt, seed=seed),
+             Case(nq_plain, nk_plain, 64, dtype=dt, seed=seed + 1)]
     if step.causal:
         cases += [replace(c, causal=True, seed=c.seed + 10) for c in cases]
     return cases
@@ -155,7 +162,9 @@ def validate_gpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callab
 
 
 @dataclass
-class Timing:
+class LadderResult:
+    """One row of the table: a step (at its fastest tiles), lesson 01 or SDPA on one shape."""
+
     shape: tuple[int, int, int, bool]   # heads, N, D, causal
     name: str                           # "02.online_softmax_cuda", "torch SDPA", ...
     ms: float | None
@@ -165,21 +174,18 @@ class Timing:
     @property
     def tflops(self) -> float | None:
         heads, n, d, causal = self.shape
-        flops = 4.0 * heads * n * n * d * (0.5 if causal else 1.0)
-        return flops / (self.ms * 1e-3) / 1e12 if self.ms else None
+        return tflops(forward_flops(1, heads, n, n, d, causal), self.ms)
 
 
-def _median_ms(run: Callable[[], float], reps: int, budget_s: float = 1.0) -> float:
-    """Median of ``run()`` (seconds per call) after two warm-up calls, in milliseconds."""
-    run()
-    run()
-    times, start = [], time.perf_counter()
-    while len(times) < reps or (time.perf_counter() - start < budget_s and len(times) < 10 * reps):
-        times.append(run())
-    return statistics.median(times) * 1e3
+def _median_ms(once: Callable[[], float], reps: int, flush: Callable[[], object]) -> float:
+    """Median of ``once()`` (seconds per call, as launches report them) in milliseconds.
+
+    At most 10× ``reps`` runs: each launch also costs host work its seconds do not show.
+    """
+    return measure_self_timed(lambda: once() * 1e3, flush=flush, min_reps=reps, max_reps=10 * reps).median_ms
 
 
-def _time_step(exercise: str, tiles: Tiles, q, k, v, causal: bool, reps: int) -> float:
+def _time_step(exercise: str, tiles: Tiles, q, k, v, causal: bool, reps: int, flush: Callable[[], object]) -> float:
     runner = _GpuRunner(exercise)
     if not STEPS[exercise].half_inputs:  # float32 copies once, outside the timed launches
         q, k, v = (t.float() for t in (q, k, v))
@@ -188,10 +194,10 @@ def _time_step(exercise: str, tiles: Tiles, q, k, v, causal: bool, reps: int) ->
         runner.seconds.clear()
         forward(exercise, None, q, k, v, None, causal, tiles, runner=runner)
         return sum(runner.seconds)
-    return _median_ms(once, reps)
+    return _median_ms(once, reps, flush)
 
 
-def _time_naive(q, k, v, reps: int) -> float:
+def _time_naive(q, k, v, reps: int, flush: Callable[[], object]) -> float:
     from course.simt import gpu
 
     path = str(kernel_path(STEPS["01.naive_cuda"].kernel_file))
@@ -203,46 +209,48 @@ def _time_naive(q, k, v, reps: int) -> float:
     def once() -> float:  # lesson 01's kernel takes one head per launch
         return sum(gpu.launch_cuda(None, path, "naive_attention", (blocks,), (64,),
                                    (q[h], k[h], v[h], o[h], n, n, d, 1.0 / math.sqrt(d))).seconds for h in range(heads))
-    return _median_ms(once, reps)
+    return _median_ms(once, reps, flush)
 
 
-def _time_sdpa(q, k, v, causal: bool, reps: int) -> float:
+def _time_sdpa(q, k, v, causal: bool, reps: int, flush: Callable[[], object]) -> float:
     sdpa = torch.nn.functional.scaled_dot_product_attention
     q4, k4, v4 = (t[None] for t in (q, k, v))
 
     def once() -> float:
+        torch.cuda.synchronize()  # the flush before this run is not part of it
         start = time.perf_counter()
         sdpa(q4, k4, v4, is_causal=causal)
         torch.cuda.synchronize()
         return time.perf_counter() - start
-    return _median_ms(once, reps)
+    return _median_ms(once, reps, flush)
 
 
 def time_gpu(shapes: Sequence[tuple[int, int, int, bool]], quick: bool, reps: int,
-             log: Callable[[str], None] = print, steps: Sequence[str] = LADDER) -> list[Timing]:
-    results: list[Timing] = []
+             log: Callable[[str], None] = print, steps: Sequence[str] = LADDER) -> list[LadderResult]:
+    results: list[LadderResult] = []
+    flush = cuda_l2_flush()
     for heads, n, d, causal in shapes:
         shape = (heads, n, d, causal)
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(heads, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
         if not causal:
             try:
-                results.append(Timing(shape, "01.naive_cuda", _time_naive(q, k, v, max(2, reps // 4))))
+                results.append(LadderResult(shape, "01.naive_cuda", _time_naive(q, k, v, max(2, reps // 4), flush)))
             except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
-                results.append(Timing(shape, "01.naive_cuda", None, note=_short(e)))
+                results.append(LadderResult(shape, "01.naive_cuda", None, note=_short(e)))
         for exercise in steps:
             if causal and not STEPS[exercise].causal:
                 continue
-            best: Timing | None = None
+            best: LadderResult | None = None
             for tiles in _choices(exercise, quick):
                 try:
-                    t = Timing(shape, exercise, _time_step(exercise, tiles, q, k, v, causal, reps), tiles)
+                    t = LadderResult(shape, exercise, _time_step(exercise, tiles, q, k, v, causal, reps, flush), tiles)
                 except Exception as e:  # noqa: BLE001
-                    t = Timing(shape, exercise, None, tiles, note=_short(e))
+                    t = LadderResult(shape, exercise, None, tiles, note=_short(e))
                 if best is None or (t.ms is not None and (best.ms is None or t.ms < best.ms)):
                     best = t
             results.append(best)  # type: ignore[arg-type]
-        results.append(Timing(shape, "torch SDPA", _time_sdpa(q, k, v, causal, reps)))
+        results.append(LadderResult(shape, "torch SDPA", _time_sdpa(q, k, v, causal, reps, flush)))
         for t in results[-(len(steps) + 2):]:
             if t.shape == shape:
                 log(f"{_shape_text(shape)}  {t.name:22s} " + (f"{t.ms:9.3f} ms" if t.ms else f"failed: {t.note}"))
@@ -259,7 +267,7 @@ def _shape_text(shape: tuple[int, int, int, bool]) -> str:
     return f"H={heads} N={n} D={d}{' causal' if causal else ''}"
 
 
-def render_markdown(results: Sequence[Timing], device: str, when: str) -> str:
+def render_markdown(results: Sequence[LadderResult], device: str, when: str) -> str:
     """The timings as markdown: one table per shape; each step against the previous one and SDPA."""
     lines = ["# The CUDA C ladder on a GPU", "",
              f"Measured with `python -m course.tools.bench_cuda` on **{device}**, {when}. Inputs (H, N, N, D) float16 "
@@ -298,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=16, help="heads per launch on the GPU (default 16)")
     p.add_argument("--sizes", default="1024,4096", help="sequence lengths N on the GPU (default 1024,4096)")
     p.add_argument("--head-dims", default="64,128", help="head dims D on the GPU (default 64,128)")
-    p.add_argument("--reps", type=int, default=20, help="timed repetitions at least (default 20)")
+    p.add_argument("--reps", type=int, default=DEFAULT_REPS,
+                   help=f"at least this many timed runs (default {DEFAULT_REPS}) and {MIN_TOTAL_MS:g} ms of them")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"markdown output (default {DEFAULT_OUT})")
     return p
 

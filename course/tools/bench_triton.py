@@ -24,15 +24,15 @@ Which kernels apply where:
 * Lesson 01's naive kernel is left out: it takes a single (N, D) head and reads all of K and V once
   per query row, so beyond small N it takes minutes, not milliseconds.
 
-Timing (see :func:`measure`): one untimed call first (Triton compiles and autotunes on the first
-call of each new shape), a few warm-up runs that also estimate the run time, then at least
-``--reps`` runs and at least 100 ms in total, each preceded by a write of 256 MB (larger than any
-GPU's L2 cache, so no run finds its inputs in L2 from the previous one) and bracketed by CUDA
-events; the median is reported. FLOPs: forward 4·B·H·Nq·Nk·D, halved when causal; forward +
-backward 3.5× the forward (the backward does 2.5× the forward's matmul work).
+Timing (:mod:`course.tools.timing`, shared with ``bench_cuda``): one untimed call first (Triton
+compiles and autotunes on the first call of each new shape), a few warm-up runs that also estimate
+the run time, then at least ``--reps`` runs and at least 100 ms in total, each preceded by a write
+of 256 MB (larger than any GPU's L2 cache, so no run finds its inputs in L2 from the previous one)
+and bracketed by CUDA events; the median is reported. FLOPs: forward 4·B·H·Nq·Nk·D, halved when
+causal; forward + backward 3.5× the forward (the backward does 2.5× the forward's matmul work).
 
-The pure parts (FLOP counts, ratios, the markdown, the timing loop given a callable, a
-synchronize function and an event factory) take no GPU and are unit-tested on the CPU.
+The pure parts (FLOP counts, ratios, the markdown, and the timing loop, which is given a callable,
+a synchronize function and an event factory) take no GPU and are unit-tested on the CPU.
 """
 from __future__ import annotations
 
@@ -43,7 +43,6 @@ import math
 import os
 import platform
 import shlex
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -55,6 +54,8 @@ import torch
 
 from course import roofline, tiers
 from course.paths import REPO
+from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_MS, Timing, cuda_l2_flush,
+                                 forward_flops, measure, tflops)
 
 __all__ = [
     "Kernel", "KERNELS", "Shape", "Measurement", "Timing", "Backend", "Plan", "RunInfo", "measure", "forward_flops",
@@ -86,10 +87,6 @@ QUICK_HEAD_DIMS = (64, 128)
 QUICK_SEQ_LENS = (1024, 4096)
 DEFAULT_TOKENS = 16384      # B · N: every N gets the same number of tokens, so B = 16384 / N
 DEFAULT_HEADS = 16
-DEFAULT_REPS = 20           # at least this many timed runs ...
-MIN_TOTAL_MS = 100.0        # ... and at least this much GPU time in total
-MAX_REPS = 1000
-FLUSH_BYTES = 256 * 2**20   # written between runs: more than any L2 cache (H100: 50 MB)
 
 # Output vs SDPA: relative RMS difference above which a kernel is flagged as disagreeing. Two
 # correct kernels differ by their rounding: ~1e-3 relative in fp16, ~8x that in bf16 (3 fewer
@@ -175,12 +172,6 @@ class Measurement:
 # FLOPs, ratios, peaks (pure)
 # ----------------------------------------------------------------------------------------------
 
-def forward_flops(batch: int, heads: int, n_q: int, n_k: int, d: int, causal: bool = False) -> float:
-    """4·B·H·Nq·Nk·D (two matmuls, 2 FLOPs per multiply-add), halved when causal (the usual convention)."""
-    flops = 4.0 * batch * heads * n_q * n_k * d
-    return flops / 2 if causal else flops
-
-
 def total_flops(shape: Shape) -> float:
     """FLOPs of one call in ``shape.mode``: the forward, or 3.5× it for forward + backward.
 
@@ -189,13 +180,6 @@ def total_flops(shape: Shape) -> float:
     """
     fwd = forward_flops(shape.batch, shape.heads, shape.n, shape.n, shape.d, shape.causal)
     return fwd * (3.5 if shape.mode == FWD_BWD else 1.0)
-
-
-def tflops(flops: float, ms: float | None) -> float | None:
-    """FLOP count and a time in milliseconds → TFLOP/s (None when there is no time)."""
-    if ms is None or ms <= 0 or not math.isfinite(ms):
-        return None
-    return flops / (ms * 1e-3) / 1e12
 
 
 def peak_tflops(device_name: str, dtype: str) -> float | None:
@@ -467,63 +451,6 @@ def write_plot(measurements: Sequence[Measurement], path: Path, device: str = ""
 
 
 # ----------------------------------------------------------------------------------------------
-# The timing loop (pure: the GPU is passed in)
-# ----------------------------------------------------------------------------------------------
-
-@dataclass
-class Timing:
-    median_ms: float
-    times_ms: list[float]
-    estimate_ms: float
-
-    @property
-    def reps(self) -> int:
-        return len(self.times_ms)
-
-
-def measure(fn: Callable[[], Any], *, synchronize: Callable[[], None], new_event: Callable[[], Any],
-            flush: Callable[[], Any] | None = None, warmup: int = 3, min_reps: int = DEFAULT_REPS,
-            min_total_ms: float = MIN_TOTAL_MS, max_reps: int = MAX_REPS) -> Timing:
-    """Median time of ``fn()`` in milliseconds.
-
-    ``new_event()`` makes an event with ``.record()`` and ``a.elapsed_time(b)`` (ms from a to b), as
-    ``torch.cuda.Event(enable_timing=True)`` does; ``synchronize()`` waits for the device. Steps:
-
-    1. one untimed call, then synchronize: Triton compiles, and an autotuned kernel tries all its
-       configurations, on the first call of each new shape; that must not be timed;
-    2. ``warmup`` calls timed together: warm clocks and caches, and an estimate of one call;
-    3. ``max(min_reps, min_total_ms / estimate)`` runs (at most ``max_reps``), each after ``flush()``
-       (outside the events, so the flush is not timed) and between two events of its own;
-    4. one synchronize at the end (not one per run, so the CPU keeps queueing work ahead of the
-       GPU), then the median of the per-run times.
-    """
-    if warmup < 1 or min_reps < 1 or max_reps < min_reps:
-        raise ValueError(f"need warmup >= 1 and 1 <= min_reps <= max_reps; got {warmup}, {min_reps}, {max_reps}")
-    fn()
-    synchronize()
-    start, end = new_event(), new_event()
-    start.record()
-    for _ in range(warmup):
-        fn()
-    end.record()
-    synchronize()
-    estimate = start.elapsed_time(end) / warmup
-    wanted = math.ceil(min_total_ms / estimate) if estimate > 0 else max_reps
-    reps = min(max(min_reps, wanted), max_reps)
-    starts = [new_event() for _ in range(reps)]
-    ends = [new_event() for _ in range(reps)]
-    for i in range(reps):
-        if flush is not None:
-            flush()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    synchronize()
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return Timing(statistics.median(times), times, estimate)
-
-
-# ----------------------------------------------------------------------------------------------
 # The GPU run
 # ----------------------------------------------------------------------------------------------
 
@@ -648,11 +575,9 @@ class Backend:
 
 
 def cuda_backend() -> Backend:
-    """CUDA events, torch.cuda.synchronize, and an L2 flush: a write of 256 MB (or 4× L2 if that is more)."""
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0
-    flush_buffer = torch.empty(max(FLUSH_BYTES, 4 * l2), dtype=torch.int8, device="cuda")
+    """CUDA events, torch.cuda.synchronize, and an L2 flush (:func:`course.tools.timing.cuda_l2_flush`)."""
     return Backend(name=torch.cuda.get_device_name(), device="cuda", synchronize=torch.cuda.synchronize,
-                   new_event=lambda: torch.cuda.Event(enable_timing=True), flush=flush_buffer.zero_,
+                   new_event=lambda: torch.cuda.Event(enable_timing=True), flush=cuda_l2_flush(),
                    empty_cache=torch.cuda.empty_cache)
 
 

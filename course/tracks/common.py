@@ -60,7 +60,8 @@ def check_qkv(name: str, q: Any, k: Any, v: Any, *, same_batch: bool = True,
     if k.shape[-2] == 0:
         raise InputError(f"{name}: attention over zero keys is undefined (K and V have no rows)")
     if not 1 <= q.shape[-1] <= max_head_dim:
-        raise InputError(f"{name}: the head dim D must be between 1 and {max_head_dim}; got D = {q.shape[-1]}")
+        raise InputError(f"{name}: the head dim D must be between 1 and {max_head_dim} (1..{max_head_dim}); "
+                         f"got D = {q.shape[-1]}")
     if dtypes is not None and (q.dtype not in dtypes or k.dtype != q.dtype or v.dtype != q.dtype):
         names = [str(d).removeprefix("torch.") for d in dtypes]
         allowed = ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]

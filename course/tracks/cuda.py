@@ -19,7 +19,6 @@ and memcheck reports any disagreement as an out-of-bounds access of shared memor
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 

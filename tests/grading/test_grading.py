@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import csv
-import html
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -12,12 +10,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbgrader.preprocessors import ClearHiddenTests
 
-from autograder import NOTEBOOKS_DIR, REPO_ROOT, SOLUTIONS_DIR
+from autograder import REPO_ROOT, SOLUTIONS_DIR
 from autograder.grade.pipeline import StudentResult, grade_submissions
-from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
 from autograder.grade.submissions import collect
+from grading_support import by_student, feedback_text, hidden_lines, lesson_notebooks, put, student_version
 from notebook_factory import cell, notebook
 
 # ---------------------------------------------------------------------------------------------
@@ -42,27 +39,12 @@ def lesson(add_body: str = "return a + b", mul_body: str = "return a * b") -> nb
     ])
 
 
-def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """What ``generate_assignment`` hands out: stubs instead of solutions, no hidden tests."""
-    out, resources = LanguageAwareClearSolutions().preprocess(nbformat.reads(nbformat.writes(nb), as_version=4), {})
-    out, _ = ClearHiddenTests().preprocess(out, resources)
-    return out
 
 
-def put(path: Path, nb: nbformat.NotebookNode | str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(nb if isinstance(nb, str) else nbformat.writes(nb))
-    return path
 
 
-def feedback_text(result: StudentResult) -> str:
-    """The feedback page as a reader sees it: tags and syntax-highlighting spans removed."""
-    assert result.feedback_html is not None and result.feedback_html.exists()
-    return html.unescape(re.sub(r"<[^>]+>", "", result.feedback_html.read_text()))
 
 
-def by_student(results: list[StudentResult]) -> dict[str, StudentResult]:
-    return {r.student_id: r for r in results}
 
 
 @pytest.fixture(scope="module")
@@ -257,25 +239,8 @@ def test_zip_batch_through_the_command_line(fixture_solutions: Path, tmp_path: P
 # The course's own lessons (slow)
 # ---------------------------------------------------------------------------------------------
 
-def _lesson_notebooks(assignment: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
-    """(instructor notebook, student notebook) for a lesson; the committed student copy when there is one."""
-    source = nbformat.read(SOLUTIONS_DIR / assignment / f"{assignment}.ipynb", as_version=4)
-    committed = NOTEBOOKS_DIR / assignment / f"{assignment}.ipynb"
-    student = nbformat.read(committed, as_version=4) if committed.exists() else student_version(source)
-    return source, student
 
 
-def _hidden_lines(nb: nbformat.NotebookNode) -> list[str]:
-    lines, inside = [], False
-    for c in nb.cells:
-        for line in c.source.splitlines():
-            if "BEGIN HIDDEN TESTS" in line:
-                inside = True
-            elif "END HIDDEN TESTS" in line:
-                inside = False
-            elif inside and line.strip():
-                lines.append(line.strip())
-    return lines
 
 
 def _has_lesson(assignment: str) -> bool:
@@ -285,7 +250,7 @@ def _has_lesson(assignment: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_lesson("00_orientation"), reason="lesson 00 is not written yet")
 def test_lesson_00_solution_stub_and_partial(tmp_path: Path) -> None:
-    source, student = _lesson_notebooks("00_orientation")
+    source, student = lesson_notebooks("00_orientation")
     # Partial: the last exercise left as handed out, the others solved.
     solution_ids = [c.metadata["nbgrader"]["grade_id"] for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")]
     stubbed = {c.metadata["nbgrader"]["grade_id"]: c.source for c in student.cells if c.metadata.get("nbgrader", {}).get("solution")}
@@ -305,21 +270,5 @@ def test_lesson_00_solution_stub_and_partial(tmp_path: Path) -> None:
     assert 0 < got["partial"].score < top
     text = feedback_text(got["partial"])
     assert "00.attention_flops" in text, "control: the feedback shows the visible tests"
-    hidden = _hidden_lines(source)
+    hidden = hidden_lines(source)
     assert hidden and not [line for line in hidden if line in text]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _has_lesson("01_naive_attention"), reason="lesson 01 is not written yet")
-def test_lesson_01_solution_scores_full_marks_and_stub_scores_zero(tmp_path: Path) -> None:
-    source, student = _lesson_notebooks("01_naive_attention")
-    subs = tmp_path / "subs"
-    put(subs / "solved" / "01_naive_attention.ipynb", source)
-    put(subs / "untouched" / "01_naive_attention.ipynb", student)
-    got = by_student(grade_submissions(subs, "01_naive_attention", tmp_path / "work", jobs=2))
-    assert (got["solved"].score, got["solved"].status) == (got["solved"].max_score, "graded"), got["solved"]
-    assert all(points > 0 for points in got["solved"].cells.values())
-    assert (got["untouched"].score, got["untouched"].status) == (0.0, "graded")
-    text = feedback_text(got["untouched"])
-    assert "not implemented yet" in text
-    assert not [line for line in _hidden_lines(source) if line in text]

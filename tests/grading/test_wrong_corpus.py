@@ -6,9 +6,10 @@ Two proofs, cheap enough to grow with the course:
    honest cell is run again before the next entry. So each entry fails because of its own mistake, in
    an otherwise right notebook.
 2. *Through nbgrader*: the entries are dealt into a few packed submissions (one wrong answer per
-   exercise in each; :func:`autograder.corpora.wrong.packs`) and graded in one batch beside the honest
-   notebook, in the sandbox. Every exercise with a wrong answer in a pack must lose points there, and
-   every exercise without one must keep the honest score.
+   exercise in each; :func:`autograder.corpora.wrong.packs`) and graded in one batch, in the sandbox,
+   beside the honest notebook (full marks) and the student notebook as handed out (zero, with feedback
+   that says the answers are not implemented yet and quotes no hidden test). Every exercise with a wrong
+   answer in a pack must lose points there; every exercise without one must keep the honest score.
 """
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.corpora.wrong import corpus, exercise_of, make_submission, packs
+from autograder.corpora.wrong import WrongSolution, corpus, exercise_of, make_submission, packs
+from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
 
 ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
+PARSER_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
 def _solution(repo: Path, assignment: str) -> Path:
@@ -57,16 +60,15 @@ def _failed(cell) -> bool:
     return any(out.output_type == "error" for out in cell.get("outputs", []))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_each_wrong_solution_fails_its_own_tests(repo, assignment):
+def _survivors(repo: Path, assignment: str, entries: list[WrongSolution]) -> list[str]:
+    """The entries whose exercise tests all pass with the wrong answer in place of the honest one."""
     path = _solution(repo, assignment)
     nb = nbformat.read(path, as_version=4)
     # Limits per cell leave room for a loaded machine (a lesson-01 cell takes seconds alone).
     client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(path.parent)}})
     by_id = {_grade_id(c): (i, c) for i, c in enumerate(nb.cells) if _grade_id(c)}
-    tests_of = {}
+    tests_of: dict[str, list] = {}
     for i, cell in enumerate(nb.cells):
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("grade") and not meta.get("solution"):
@@ -77,21 +79,41 @@ def test_each_wrong_solution_fails_its_own_tests(repo, assignment):
             if cell.cell_type == "code":
                 client.execute_cell(cell, i)
                 assert not _failed(cell), f"the honest notebook fails at cell {i}: {cell.outputs}"
-        for wrong in corpus(assignment):
+        for wrong in entries:
             index, honest = by_id[wrong.cell]
             trial = nbformat.v4.new_code_cell(wrong.apply(honest.source))
             client.execute_cell(trial, index)
-            results = []
+            # An edit that breaks Python's syntax would lose points to the parser, not to the check.
+            broken = [o.ename for o in trial.outputs if o.output_type == "error" and o.ename in PARSER_ERRORS]
+            assert not broken, f"{wrong.student_id}: the wrong answer is not valid Python ({broken[0]})"
+            failed = False
             for j, test in tests_of[wrong.cell]:
                 probe = nbformat.v4.new_code_cell(test.source)
                 client.execute_cell(probe, j)
-                results.append(_failed(probe))
-            if not any(results):
+                failed = failed or _failed(probe)
+            if not failed:
                 survivors.append(f"{wrong.student_id} ({wrong.mistake})")
             restored = nbformat.v4.new_code_cell(honest.source)
             client.execute_cell(restored, index)
             assert not _failed(restored), f"the honest {wrong.cell} no longer runs after {wrong.student_id}"
+    return survivors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_each_wrong_solution_fails_its_own_tests(repo, assignment):
+    survivors = _survivors(repo, assignment, corpus(assignment))
     assert not survivors, "wrong solutions that passed their exercise's tests:\n" + "\n".join(survivors)
+
+
+@pytest.mark.slow
+def test_an_answer_that_is_not_wrong_is_reported(repo):
+    """The direct check can fail: an "entry" that only adds a comment survives, and is named."""
+    real = next(w for w in corpus("00_orientation") if w.edits)
+    text = real.edits[0][0]
+    harmless = WrongSolution(real.assignment, real.cell, "comment-only", "adds a comment",
+                             edits=((text, text + "  # a comment"),))
+    assert _survivors(repo, "00_orientation", [harmless]) == [f"{harmless.student_id} (adds a comment)"]
 
 
 @pytest.mark.slow
@@ -106,12 +128,18 @@ def test_grader_takes_points_from_every_pack(repo, tmp_path, assignment):
         folder = submissions / f"pack-{n}"
         folder.mkdir(parents=True)
         nbformat.write(make_submission(solution, *pack), folder / f"{assignment}.ipynb")
-    (submissions / "honest").mkdir()
-    nbformat.write(nbformat.read(solution, as_version=4), submissions / "honest" / f"{assignment}.ipynb")
+    source, handed_out = lesson_notebooks(assignment)
+    put(submissions / "honest" / f"{assignment}.ipynb", source)
+    put(submissions / "untouched" / f"{assignment}.ipynb", handed_out)
 
     results = {r.student_id: r for r in grade_submissions(submissions, assignment, tmp_path / "work", jobs=2)}
-    honest = results["honest"]
-    assert honest.score == honest.max_score > 0, honest
+    honest, untouched = results["honest"], results["untouched"]
+    assert (honest.score, honest.status) == (honest.max_score, "graded") and honest.max_score > 0, honest
+    assert all(points > 0 for points in honest.cells.values())
+    assert (untouched.score, untouched.status) == (0.0, "graded"), untouched
+    text = feedback_text(untouched)
+    assert "not implemented yet" in text
+    assert not [line for line in hidden_lines(source) if line in text], "feedback quotes a hidden test"
 
     kept = []
     for n, pack in enumerate(dealt):

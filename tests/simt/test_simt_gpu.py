@@ -202,14 +202,20 @@ def test_the_cuda_sources_of_the_gpu_tests_compile_with_nvcc(tmp_path):
 # On a GPU
 # ------------------------------------------------------------------------------------------------
 
-@needs_cuda
-def test_cuda_vector_add():
-    rng = np.random.default_rng(0)
-    n = 1000
+def assert_vector_add(launch, seed: int, n: int = 1000) -> None:
+    """``launch(a, b, c, n)`` must leave ``a + b`` in ``c``, bit for bit (one float32 add per element)."""
+    rng = np.random.default_rng(seed)
     a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
     c = np.zeros(n, np.float32)
-    gpu.launch_cuda(VECTOR_ADD, None, "vector_add", (n + 255) // 256, 256, (a, b, c, n))
+    launch(a, b, c, n)
     np.testing.assert_array_equal(c, a + b)
+
+
+@needs_cuda
+def test_cuda_vector_add():
+    def launch(a, b, c, n):
+        gpu.launch_cuda(VECTOR_ADD, None, "vector_add", (n + 255) // 256, 256, (a, b, c, n))
+    assert_vector_add(launch, seed=0)
 
 
 @needs_cuda
@@ -248,9 +254,6 @@ def test_cuda_compile_errors_name_the_file_and_line(tmp_path):
 
 @needs_metal
 def test_metal_vector_add():
-    rng = np.random.default_rng(2)
-    n = 1000
-    a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-    c = np.zeros(n, np.float32)
-    gpu.launch_metal(METAL_VECTOR_ADD, "vector_add", (n + 63) // 64, 64, (a, b, c, n))
-    np.testing.assert_array_equal(c, a + b)
+    def launch(a, b, c, n):
+        gpu.launch_metal(METAL_VECTOR_ADD, "vector_add", (n + 63) // 64, 64, (a, b, c, n))
+    assert_vector_add(launch, seed=2)

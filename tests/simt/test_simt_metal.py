@@ -30,24 +30,15 @@ def module(name: str) -> RawModule:
     return RawModule(path=KERNELS / name)
 
 
-@pytest.fixture(scope="module")
-def basics():
-    return module("basics.metal")
+def kernel_file_fixture(name: str):
+    """A fixture holding kernel file ``name``, built once for this test module."""
+    return pytest.fixture(scope="module", name=name.removesuffix(".metal"))(lambda: module(name))
 
 
-@pytest.fixture(scope="module")
-def vectors():
-    return module("vectors.metal")
-
-
-@pytest.fixture(scope="module")
-def simdgroup():
-    return module("simdgroup.metal")
-
-
-@pytest.fixture(scope="module")
-def atomics():
-    return module("atomics.metal")
+basics = kernel_file_fixture("basics.metal")
+vectors = kernel_file_fixture("vectors.metal")
+simdgroup = kernel_file_fixture("simdgroup.metal")
+atomics = kernel_file_fixture("atomics.metal")
 
 
 def line_of(name: str, text: str, after: str = "") -> int:

@@ -15,16 +15,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import course
 from autograder.corpora.wrong.cuda_backward import WRONG_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
 from course.engines import check_backward
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
-from course.reference import attention, attention_backward
+from course.reference import attention_backward
 from course.simt import RawModule
 from course.tracks.cuda import GRADING_LAUNCH
+from track_support import backward_inputs
 
 KINDS = ("atomic", "split")
 BACKWARD = {"atomic": cuda_track.backward_atomic, "split": cuda_track.backward_split}
@@ -48,13 +48,6 @@ def modules() -> dict[str, RawModule]:
     return {kind: cuda_track.backward_module_for(kind) for kind in KINDS}
 
 
-def _inputs(n_q: int, n_k: int, d: int, causal: bool = False, seed: int = 0, scale: float | None = None):
-    q, k, v = course.make_qkv(n_q, d, n_k=n_k, seed=seed)
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
-    fwd = attention(q, k, v, causal, scale=scale)
-    return q, k, v, fwd.o.float(), fwd.lse.float(), do
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_kernel_passes_the_gradient_check_under_grading_launch(modules, kind):
     fn = functools.partial(BACKWARD[kind], modules[kind], **GRADING_LAUNCH)
@@ -70,7 +63,7 @@ def test_kernel_passes_on_larger_shapes_in_the_fast_build(modules, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_scale_other_than_one_over_sqrt_d(modules, kind):
-    q, k, v, o, lse, do = _inputs(9, 40, 32, causal=True, seed=7, scale=0.3)
+    q, k, v, o, lse, do = backward_inputs(9, 40, 32, causal=True, seed=7, scale=0.3)
     got = BACKWARD[kind](modules[kind], q, k, v, o, lse, do, causal=True, scale=0.3)
     want = attention_backward(q, k, v, do, True, scale=0.3)
     wrong_scale = attention_backward(q, k, v, do, True)
@@ -92,7 +85,7 @@ def test_which_design_is_bitwise_deterministic(modules):
     commutative, only not associative), which is why Nk = 32 (two key blocks) repeats its bits under
     every seed and Nk = 64 (four) does not. dK and dV are owned by one block each and never change.
     """
-    args = _inputs(33, 64, 32, seed=3)
+    args = backward_inputs(33, 64, 32, seed=3)
     runs = {kind: [BACKWARD[kind](modules[kind], *args, schedule="random", seed=s) for s in range(4)] for kind in KINDS}
     dqs = [run[0] for run in runs["atomic"]]
     assert len({dq.numpy().tobytes() for dq in dqs}) >= 2, "four block orders gave identical dQ bits"
@@ -108,7 +101,7 @@ def test_which_design_is_bitwise_deterministic(modules):
         for got, want in zip(run, reference):
             assert torch.equal(got, want)
     # Two shares per dQ element: commutative, so every order gives the same bits even with atomics.
-    two = _inputs(33, 32, 32, seed=3)
+    two = backward_inputs(33, 32, 32, seed=3)
     pairs = {BACKWARD["atomic"](modules["atomic"], *two, schedule="random", seed=s)[0].numpy().tobytes()
              for s in range(4)}
     assert len(pairs) == 1
@@ -125,7 +118,7 @@ def test_launch_plan_sizes_grids_and_refuses_what_a_gpu_would(modules):
         cuda_track.backward_plan(65, 17, 128, dict(constants, BLOCK_M=64, BLOCK_N=64))
     with pytest.raises(CourseError, match="whole number of warps"):
         cuda_track.backward_plan(65, 17, 64, dict(constants, THREADS=100))
-    q, k, v, o, lse, do = _inputs(4, 4, 16)
+    q, k, v, o, lse, do = backward_inputs(4, 4, 16)
     big = [torch.zeros(4, 160)] * 6
     with pytest.raises(CourseError, match="D = 160 is too large"):
         cuda_track.backward_split(modules["split"], *big[:4], lse, big[5])

@@ -9,8 +9,8 @@ wrong kernel of the corpus fails for its own reason.
 """
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import replace
 
 import pytest
 import torch
@@ -23,6 +23,7 @@ from course.engines import check_attention
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
 from course.simt import RawModule
+from course.tools.bench_cuda import validation_cases
 from course.tracks.cuda import STEPS, Tiles
 
 LADDER = ["02.online_softmax_cuda", "03.tiled_cuda", "04.double_buffer_cuda", "05.mma_cuda", "06.causal_cuda"]
@@ -30,13 +31,8 @@ LADDER = ["02.online_softmax_cuda", "03.tiled_cuda", "04.double_buffer_cuda", "0
 
 @pytest.fixture(scope="module")
 def modules():
-    built: dict[str, RawModule] = {}
-
-    def get(exercise: str) -> RawModule:
-        if exercise not in built:
-            built[exercise] = cuda_track.module_for(exercise)
-        return built[exercise]
-    return get
+    """``modules(exercise)``: each step's module, built on first use and shared by this file's tests."""
+    return functools.cache(cuda_track.module_for)
 
 
 def options(exercise: str) -> dict:
@@ -75,12 +71,8 @@ OTHER_TILES = {
 
 @pytest.mark.parametrize("exercise", LADDER)
 def test_step_passes_with_other_tile_sizes(exercise, modules):
-    step = STEPS[exercise]
-    dt = torch.float16 if step.half_inputs else torch.float32
-    d = 48 if step.d_multiple == 16 else 36 if step.d_multiple == 4 else 24
-    cases = [Case(65, 100, d, kind="peaky", dtype=dt, seed=11), Case(100, 65, 64, dtype=dt, seed=12)]
-    if step.causal:
-        cases += [replace(c, causal=True, seed=c.seed + 1) for c in cases]
+    # 100 keys or queries span two tiles of 96 (the last one partial); 65 spans two of 64.
+    cases = validation_cases(exercise, lengths=((65, 100), (100, 65)), seed=11)
     for tiles in OTHER_TILES[exercise]:
         fn = cuda_track.attention_function(modules(exercise), exercise, tiles)
         report = check_attention(exercise, fn, cases, **options(exercise))

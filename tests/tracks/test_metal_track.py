@@ -10,6 +10,7 @@ wrong kernel of autograder/corpora/wrong/metal.py fails for its own reason.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -27,6 +28,7 @@ from course.simt import RawKernel, RawModule
 from course.simt import gpu
 from course.simt.gpu import GpuUnavailable, metal_available
 from course.tracks.cuda import Tiles
+from track_support import backward_inputs
 
 ALL = list(STEPS)
 METAL_OK, METAL_WHY = metal_available()
@@ -34,20 +36,8 @@ METAL_OK, METAL_WHY = metal_available()
 
 @pytest.fixture(scope="module")
 def modules():
-    built: dict[str, RawModule] = {}
-
-    def get(exercise: str) -> RawModule:
-        if exercise not in built:
-            built[exercise] = metal_track.module_for(exercise)
-        return built[exercise]
-    return get
-
-
-def _backward_inputs(n_q, n_k, d, causal=False, seed=0, scale=None):
-    q, k, v = course.make_qkv(n_q, d, n_k=n_k, seed=seed)
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
-    fwd = attention(q, k, v, causal, scale=scale)
-    return q, k, v, fwd.o.float(), fwd.lse.float(), do
+    """``modules(exercise)``: each step's module, built on first use and shared by this file's tests."""
+    return functools.cache(metal_track.module_for)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -83,7 +73,7 @@ def test_forward_steps_agree_with_each_other_and_take_any_scale(modules):
 
 @pytest.mark.parametrize("exercise", list(BACKWARD))
 def test_backward_takes_any_scale(exercise, modules):
-    q, k, v, o, lse, do = _backward_inputs(9, 40, 32, causal=True, seed=7, scale=0.3)
+    q, k, v, o, lse, do = backward_inputs(9, 40, 32, causal=True, seed=7, scale=0.3)
     got = BACKWARD[exercise](modules(exercise), q, k, v, o, lse, do, causal=True, scale=0.3)
     want = attention_backward(q, k, v, do, True, scale=0.3)
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
@@ -97,7 +87,7 @@ def test_only_the_split_backward_repeats_its_bits(modules):
     four key blocks of 16, so every dQ element gets four shares: float addition is not associative, so
     some orders differ in the last bits. dK and dV (one owner each) and the split dQ never do.
     """
-    args = _backward_inputs(33, 64, 32, seed=3)
+    args = backward_inputs(33, 64, 32, seed=3)
     runs = {kind: [BACKWARD[kind](modules(kind), *args, schedule="random", seed=s) for s in range(4)]
             for kind in BACKWARD}
     atomic = runs["07.backward_atomic_metal"]
@@ -126,7 +116,7 @@ def _call(exercise, module, device, **options):
         q, k, v = course.make_qkv(19, 16, n_k=27, seed=5, batch=(2,))
         return FORWARD[exercise](module, q, k, v, causal=True, device=device, tiles=metal_track.GRADING_TILES[exercise],
                                  **options)
-    return BACKWARD[exercise](module, *_backward_inputs(19, 27, 16, causal=True, seed=5), causal=True, device=device,
+    return BACKWARD[exercise](module, *backward_inputs(19, 27, 16, causal=True, seed=5), causal=True, device=device,
                               **options)
 
 
@@ -246,7 +236,7 @@ def test_other_refusals(modules):
         metal_track.tiled_forward(tiled, q, k[:0], v[:0])
     with pytest.raises(CourseError, match=r"same leading dims"):
         metal_track.tiled_forward(tiled, q, k[:, :8], v)
-    q2, k2, v2, o, lse, do = _backward_inputs(4, 4, 16)
+    q2, k2, v2, o, lse, do = backward_inputs(4, 4, 16)
     with pytest.raises(CourseError, match=r"take one head"):
         metal_track.backward_split(split, q2[None], k2[None], v2[None], o[None], lse[None], do[None])
     with pytest.raises(CourseError, match=r"LSE \(Nq,\) of matching sizes"):

@@ -80,3 +80,19 @@ def test_ladder_exercises_are_checked_by_id(exercise, module):
     assert report.cases >= 1
     with pytest.raises(CheckFailed, match="kernel module|%%cuda"):
         course.check(exercise, "not a module")
+
+
+def test_a_failed_compile_leaves_nothing_gradable_behind():
+    """After a %%cuda cell that compiled once fails to compile, its name must not keep the old module:
+    the check says the cell did not compile instead of grading the stale kernel."""
+    from course.simt.magic import CompileFailed, _compile_cell
+
+    namespace: dict = {}
+    good = read_source("kernels/cuda/01_naive.cu")
+    _compile_cell("cuda", "naive_cuda", good, namespace)
+    assert isinstance(namespace["naive_cuda"], RawModule)
+    with pytest.raises(KernelCompileError):
+        _compile_cell("cuda", "naive_cuda", good.replace("return;", "return", 1), namespace)
+    assert isinstance(namespace["naive_cuda"], CompileFailed)
+    with pytest.raises(CheckFailed, match=r"your %%cuda naive_cuda cell did not compile"):
+        course.check("01.naive_cuda", namespace["naive_cuda"])

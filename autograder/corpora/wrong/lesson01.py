@@ -12,7 +12,7 @@ def attention_torch(q, k, v, scale=None):
     WrongSolution(_A, "attention_torch", "missing-scale", "forgets the 1/sqrt(D) scale",
                   edits=(("s = (q @ k.transpose(-1, -2)) * scale", "s = q @ k.transpose(-1, -2)"),)),
     WrongSolution(_A, "attention_torch", "no-max-subtraction", "exponentiates raw scores, which overflows on peaky inputs",
-                  edits=(("s = s - s.amax(dim=-1, keepdim=True)\n", ""),)),
+                  edits=(("    s = s - s.amax(dim=-1, keepdim=True)\n", ""),)),
     WrongSolution(_A, "attention_torch", "softmax-over-queries", "normalises over the wrong axis",
                   edits=(("p = p / p.sum(dim=-1, keepdim=True)", "p = p / p.sum(dim=0, keepdim=True)"),)),
     WrongSolution(_A, "attention_torch", "ignores-scale-argument", "always uses 1/sqrt(D), even when a scale is given",
