@@ -382,7 +382,7 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
         module.causal_attention(q, q, q, causal=case["causal"])
     elif lesson == "07_backward":
         lse = rand(2, N_CTX, dt=torch.float32)
-        for mode in ("atomic", "separate"):
+        for mode in ("atomic", "split"):
             module.attention_backward(q, q, q, q, lse, q, causal=case["causal"], dq_mode=mode)
     else:
         raise ValueError(f"the gate does not know how to call lesson {lesson!r}")

@@ -35,7 +35,7 @@ from course.errors import CourseError
 from course.kernels import kernel_path
 from course.simt import RawModule
 from course.simt.compiler import KIND_THREADGROUP
-from course.simt.limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
+from course.simt.limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK, WARP
 from course.tracks.common import GRADING_LAUNCH, Tiles, backward_arrays, check_qkv, kernel_defines, need
 from course.tracks.table import exercises
 
@@ -45,7 +45,7 @@ __all__ = ["Launch", "MetalStep", "STEPS", "THREADGROUP_MEMORY_LIMIT", "module_f
            "GRADING_TILES"]
 
 THREADGROUP_MEMORY_LIMIT = MAX_DYNAMIC_SHARED["metal"]  # 32 KiB: what an Apple GPU gives one threadgroup
-SIMDGROUP = 32
+SIMDGROUP = WARP  # an Apple SIMD-group has 32 threads, as a CUDA warp does
 FLOAT, HALF = 4, 2
 
 

@@ -380,11 +380,14 @@ def test_ucontext_fibers_give_the_same_results(tmp_path):
         "except KernelLaunchError as e:\n"
         "    assert 'can never continue' in str(e)\n"
         "print('ok')\n")
-    env = dict(os.environ, COURSE_SIMT_UCONTEXT="1")
+    # A private, empty build cache: a kernel library cached by another checkout would skip the build and
+    # prove nothing about which runtime it links.
+    env = dict(os.environ, COURSE_SIMT_UCONTEXT="1", COURSE_SIMT_CACHE=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
-    built = [*compiler.PREBUILT.glob("runtime-*.o"), *compiler.cache_dir().glob("runtime-*.o")]
+    assert list((tmp_path / "cache").glob("cuda-*.so")), "the kernel was not built in the private cache"
+    built = [*compiler.PREBUILT.glob("runtime-*.o"), *(tmp_path / "cache").glob("runtime-*.o")]
     assert any("ucontext" in p.name for p in built)  # the launch really used the ucontext build
 
 
