@@ -132,13 +132,15 @@ def _naive_simt(exercise: str):
     return run
 
 
-def _ladder_simt(exercise: str):
-    """A forward step of the CUDA C ladder on the CPU SIMT runtime (course.tracks.cuda.check_step)."""
+def _track_step(exercise: str):
+    """A step of the CUDA C or Metal track on the CPU SIMT runtime (the track's ``check_step``): its own
+    cases, or the given ones under memcheck + racecheck and a random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from course.tracks import cuda as cuda_track
+        from course.tracks import cuda, metal
+        track = metal if exercise.endswith("_metal") else cuda
         if cases is None:
-            return cuda_track.check_step(exercise, module)
-        return cuda_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+            return track.check_step(exercise, module)
+        return track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
     return run
 
 
@@ -153,16 +155,6 @@ def _backward_simt(exercise: str, kind: str):
         def fn(*args, **kwargs):
             return launch(module, *args, **kwargs, **cuda_track.GRADING_LAUNCH)
         return check_backward(exercise, fn, cases, tier="CPU SIMT runtime (memcheck + racecheck, random schedule)")
-    return run
-
-
-def _metal_step(exercise: str):
-    """A step of the Metal track on the CPU SIMT runtime (course.tracks.metal.check_step)."""
-    def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from course.tracks import metal as metal_track
-        if cases is None:
-            return metal_track.check_step(exercise, module)
-        return metal_track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
     return run
 
 
@@ -287,30 +279,30 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              takes="kernel module"),
     Exercise("01.naive_metal", "The naive attention kernel in Metal", _naive_simt("01.naive_metal"), isolated=True,
              takes="kernel module"),
-    Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)", _ladder_simt("02.online_softmax_cuda"),
+    Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)", _track_step("02.online_softmax_cuda"),
              isolated=True, takes="kernel module"),
-    Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", _ladder_simt("03.tiled_cuda"),
+    Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", _track_step("03.tiled_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("04.double_buffer_cuda", "float4 accesses and double-buffered tiles (CUDA C)",
-             _ladder_simt("04.double_buffer_cuda"), isolated=True, takes="kernel module"),
-    Exercise("05.mma_cuda", "Both matmuls on tensor cores with wmma (CUDA C)", _ladder_simt("05.mma_cuda"),
+             _track_step("04.double_buffer_cuda"), isolated=True, takes="kernel module"),
+    Exercise("05.mma_cuda", "Both matmuls on tensor cores with wmma (CUDA C)", _track_step("05.mma_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("06.causal_cuda", "Causal masking: skip the future, mask the diagonal (CUDA C)",
-             _ladder_simt("06.causal_cuda"), isolated=True, takes="kernel module"),
+             _track_step("06.causal_cuda"), isolated=True, takes="kernel module"),
     Exercise("07.backward_atomic_cuda", "The backward pass with dQ by atomicAdd (CUDA C)",
              _backward_simt("07.backward_atomic_cuda", "atomic"), isolated=True, takes="kernel module"),
     Exercise("07.backward_split_cuda", "The atomic-free backward: dK/dV and dQ in separate kernels (CUDA C)",
              _backward_simt("07.backward_split_cuda", "split"), isolated=True, takes="kernel module"),
-    Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", _metal_step("03.tiled_metal"),
+    Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", _track_step("03.tiled_metal"),
              isolated=True, takes="kernel module"),
-    Exercise("04.double_buffer_metal", "float4 loads and ping-pong threadgroup tiles (Metal)", _metal_step("04.double_buffer_metal"),
+    Exercise("04.double_buffer_metal", "float4 loads and ping-pong threadgroup tiles (Metal)", _track_step("04.double_buffer_metal"),
              isolated=True, takes="kernel module"),
     Exercise("05.mma_metal", "simdgroup matrices, spill-scale-reload and causal masking (Metal)",
-             _metal_step("05.mma_metal"), isolated=True, takes="kernel module"),
+             _track_step("05.mma_metal"), isolated=True, takes="kernel module"),
     Exercise("07.backward_atomic_metal", "The backward pass with compare-and-swap float atomics (Metal)",
-             _metal_step("07.backward_atomic_metal"), isolated=True, takes="kernel module"),
+             _track_step("07.backward_atomic_metal"), isolated=True, takes="kernel module"),
     Exercise("07.backward_split_metal", "The atomic-free backward in separate kernels (Metal)",
-             _metal_step("07.backward_split_metal"), isolated=True, takes="kernel module"),
+             _track_step("07.backward_split_metal"), isolated=True, takes="kernel module"),
     Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
     Exercise("02.online_softmax_triton", "A row softmax with the online normalizer", _online_softmax, isolated=True),
     Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",

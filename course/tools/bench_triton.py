@@ -54,6 +54,7 @@ import torch
 
 from course import roofline, tiers
 from course.paths import REPO
+from course.tracks.common import MAX_HEAD_DIM
 from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_MS, Timing, cuda_l2_flush,
                                  forward_flops, measure, tflops)
 
@@ -759,14 +760,22 @@ def _mode(text: str) -> str:
     return key
 
 
-def _head_dim(text: str) -> int:
-    try:
-        d = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a head dim: {text!r}") from None
-    if not 1 <= d <= 256:
-        raise argparse.ArgumentTypeError(f"head dims must be 1..256; got {d}")
-    return d
+def _whole_number(what: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (no upper bound when None)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {what}: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"{low}..{high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"a {what} must be {bounds}; got {value}")
+        return value
+    return parse
+
+
+_head_dim = _whole_number("head dim", 1, MAX_HEAD_DIM)
+_positive = _whole_number("whole number", 1)
 
 
 def _kernel_key(text: str) -> str:
@@ -774,16 +783,6 @@ def _kernel_key(text: str) -> str:
     if key not in _BY_KEY:
         raise argparse.ArgumentTypeError(f"unknown kernel {text!r}; use {', '.join(_BY_KEY)}")
     return key
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
