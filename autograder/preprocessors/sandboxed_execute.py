@@ -35,6 +35,7 @@ from nbgrader import utils
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Dict, Integer, Unicode, default
 
+from autograder.kernel_polling import poll_shell_in_slices
 from autograder.sandbox.bubblewrap import SandboxSettings, describe_exit, hand_over, kernel_command, sandbox_uid
 
 __all__ = ["SandboxedKernelManager", "SandboxedExecute", "METADATA_KEY"]
@@ -189,6 +190,11 @@ class SandboxedExecute(Execute):
             Path(self.kernel_log_dir).mkdir(parents=True, exist_ok=True)
             km.kernel_log = str(Path(self.kernel_log_dir) / f"kernel-{student}.log")
         return km
+
+    async def async_execute_cell(self, cell: NotebookNode, cell_index: int, execution_count: int | None = None,
+                                 store_history: bool = True) -> NotebookNode:
+        poll_shell_in_slices(self.kc)  # a reply is never left unread until the cell's time limit
+        return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
 
     def _isolated(self) -> bool:
         return isinstance(self.km, SandboxedKernelManager) and self.km.settings.isolate

@@ -19,6 +19,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from autograder.kernel_polling import poll_shell_in_slices
 from autograder.corpora.wrong import WrongSolution, corpus, exercise_of, make_submission, packs
 from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
 
@@ -75,6 +76,7 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution]) -> lis
             tests_of.setdefault(exercise_of(_grade_id(cell)), []).append((i, cell))
     survivors = []
     with client.setup_kernel():
+        poll_shell_in_slices(client.kc)
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
                 client.execute_cell(cell, i)

@@ -8,6 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from autograder.kernel_polling import poll_shell_in_slices
 from course.tools.sync import sync_all
 
 LESSONS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
@@ -21,8 +22,10 @@ def _solution(repo: Path, lesson: str) -> Path:
 # two cores, the same notebook took 312 s, so the limit leaves room for a loaded machine.
 def _run(path: Path, timeout: int = 900) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.on_cell_start = lambda cell, cell_index: poll_shell_in_slices(client.kc)
+    client.execute()
     return nb
 
 
