@@ -21,8 +21,6 @@ _COURSE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_DIRS = tuple({os.path.dirname(os.__file__), *(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))})
 
 
-
-
 class CheckFailed(CourseError, AssertionError):
     """A check found the learner's answer wrong. Subclasses AssertionError so test tooling treats it as a failure."""
 

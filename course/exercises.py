@@ -137,7 +137,8 @@ def _track_step(exercise: str):
     cases, or the given ones under memcheck + racecheck and a random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
         from course.tracks import cuda, metal
-        track = metal if exercise.endswith("_metal") else cuda
+        from course.tracks.table import exercise as row
+        track = metal if row(exercise).track == "metal" else cuda
         if cases is None:
             return track.check_step(exercise, module)
         return track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
@@ -197,7 +198,8 @@ def _softmax_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
 
 def _merge_states(fn, cases: Iterable[Case] | None = None, exercise: str = "02.online_softmax_merge_triton") -> Report:
     cases = cases or [Case(7, 40, 16), Case(5, 129, 16, kind="peaky", seed=1)]
-    options = _kernel_options() if exercise == "02.online_softmax_merge_triton" else {}  # the PyTorch version runs in-process
+    # The PyTorch version runs in-process; the Triton kernel with the tier's options.
+    options = _kernel_options() if exercise == "02.online_softmax_merge_triton" else {}
     return check_merge_states(exercise, fn, cases, **options)
 
 
@@ -279,8 +281,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              takes="kernel module"),
     Exercise("01.naive_metal", "The naive attention kernel in Metal", _naive_simt("01.naive_metal"), isolated=True,
              takes="kernel module"),
-    Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)", _track_step("02.online_softmax_cuda"),
-             isolated=True, takes="kernel module"),
+    Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)",
+             _track_step("02.online_softmax_cuda"), isolated=True, takes="kernel module"),
     Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", _track_step("03.tiled_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("04.double_buffer_cuda", "float4 accesses and double-buffered tiles (CUDA C)",
@@ -295,8 +297,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              _backward_simt("07.backward_split_cuda", "split"), isolated=True, takes="kernel module"),
     Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", _track_step("03.tiled_metal"),
              isolated=True, takes="kernel module"),
-    Exercise("04.double_buffer_metal", "float4 loads and ping-pong threadgroup tiles (Metal)", _track_step("04.double_buffer_metal"),
-             isolated=True, takes="kernel module"),
+    Exercise("04.double_buffer_metal", "float4 loads and ping-pong threadgroup tiles (Metal)",
+             _track_step("04.double_buffer_metal"), isolated=True, takes="kernel module"),
     Exercise("05.mma_metal", "simdgroup matrices, spill-scale-reload and causal masking (Metal)",
              _track_step("05.mma_metal"), isolated=True, takes="kernel module"),
     Exercise("07.backward_atomic_metal", "The backward pass with compare-and-swap float atomics (Metal)",
@@ -307,7 +309,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("02.online_softmax_triton", "A row softmax with the online normalizer", _online_softmax, isolated=True),
     Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",
              lambda fn, cases=None: _merge_states(fn, cases, "02.merge_torch")),
-    Exercise("02.online_softmax_merge_triton", "Merging two partial softmax states in a Triton kernel", _merge_states, isolated=True),
+    Exercise("02.online_softmax_merge_triton", "Merging two partial softmax states in a Triton kernel", _merge_states,
+             isolated=True),
     Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_triton", fn, cases), isolated=True),
     Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",

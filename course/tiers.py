@@ -83,8 +83,6 @@ def _nvcc_version() -> str | None:
     return release[-1].strip() if release else "present"
 
 
-
-
 def _cxx_version() -> str | None:
     """The C++ compiler the CPU runtime would use, as ``g++ 12.2.0``; None when there is none."""
     from course.simt.compiler import KernelCompileError, compiler

@@ -70,8 +70,6 @@ class NvccMissing(RuntimeError):
     """No nvcc on this machine."""
 
 
-
-
 def cuda_sources(directory: str | os.PathLike = CUDA_DIR) -> list[Path]:
     """The ``.cu`` files the gate compiles by default (sorted, so tables and test ids are stable)."""
     folder = Path(directory)
@@ -204,8 +202,6 @@ def _demangle(symbols: list[str]) -> dict[str, str]:
         if out.returncode == 0 and len(lines) == len(mangled):
             return dict(zip(mangled, lines))
     return {}
-
-
 
 
 # ------------------------------------------------------------------------------------------------

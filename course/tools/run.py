@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -67,7 +68,6 @@ def _time_on_gpu(rows: Sequence[KernelExercise], log: Callable[[str], None]) -> 
     if not torch.cuda.is_available():
         log("No NVIDIA GPU here, so nothing is timed (`make bench` on a GPU machine times every step).")
         return 0
-    import tempfile
     out = Path(tempfile.mkdtemp(prefix="course-run-"))
     status = 0
     for row in rows:
@@ -75,8 +75,8 @@ def _time_on_gpu(rows: Sequence[KernelExercise], log: Callable[[str], None]) -> 
             from course.tools import bench_triton
             keys = {k.key for k in bench_triton.KERNELS if k.exercise == row.id}
             if keys:
-                status |= bench_triton.main(["--quick", "--kernels", ",".join(sorted(keys)),
-                                             "--out", str(out / f"{row.stem}.md"), "--plot", str(out / f"{row.stem}.png")])
+                status |= bench_triton.main(["--quick", "--kernels", ",".join(sorted(keys)), "--out",
+                                             str(out / f"{row.stem}.md"), "--plot", str(out / f"{row.stem}.png")])
                 continue
         elif row.track == "cuda":
             from course.tools import bench_cuda

@@ -16,7 +16,7 @@ import torch
 
 from course.errors import CourseError
 
-__all__ = ["InputError", "check_qkv", "KERNEL_DTYPES", "MAX_HEAD_DIM", "Tiles", "blocks_for", "check_shared_memory",
+__all__ = ["InputError", "check_qkv", "KERNEL_DTYPES", "MAX_HEAD_DIM", "Tiles", "blocks_for",
            "kernel_defines", "as_float32_array", "backward_arrays", "GRADING_LAUNCH", "need"]
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -104,14 +104,6 @@ class Tiles:
 def blocks_for(n: int, per_block: int) -> int:
     """Blocks needed to cover ``n`` rows, ``per_block`` at a time (the last one may be partial)."""
     return max(1, -(-n // per_block))
-
-
-def check_shared_memory(nbytes: int, what: str, limit: int, memory: str = "shared memory per block") -> int:
-    """``nbytes`` if a block may have that much; a CourseError saying why not otherwise."""
-    if nbytes > limit:
-        raise CourseError(f"{what} needs {nbytes:,} bytes of {memory}, more than the {limit:,} bytes "
-                          f"({limit // 1024} KiB) a block may have: use smaller tiles.")
-    return nbytes
 
 
 def kernel_defines(module: Any, names: Sequence[str]) -> dict[str, int]:

@@ -28,11 +28,10 @@ import torch
 from course.errors import CourseError
 from course.kernels import kernel_path
 from course.simt import RawModule
-from course.tracks.table import KernelExercise, exercise, exercises
 from course.simt.limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK, STATIC_SHARED_LIMIT, WARP
 from course.tracks.common import (GRADING_LAUNCH, Tiles, as_float32_array, backward_arrays, blocks_for, check_qkv,
                                   kernel_defines, need)
-from course.tracks.common import check_shared_memory as _check_memory
+from course.tracks.table import KernelExercise, exercise, exercises
 
 __all__ = ["Step", "STEPS", "Tiles", "LaunchConfig", "module_for", "attention_function", "naive_attention",
            "forward", "forward_config", "shared_memory_bytes", "check_shared_memory", "blocks_for",
@@ -100,18 +99,20 @@ class LaunchConfig:
 
 def check_shared_memory(nbytes: int, what: str, limit: int = SHARED_MEMORY_LIMIT) -> int:
     """``nbytes`` if a block may have that much dynamic shared memory; a CourseError saying why not otherwise."""
-    return _check_memory(nbytes, what, limit)
+    need(nbytes <= limit, f"{what} needs {nbytes:,} bytes of shared memory per block, more than the {limit:,} bytes "
+                          f"({limit // 1024} KiB) a block may have: use smaller tiles.")
+    return nbytes
 
 
 def _warp_rows(tiles: Tiles, d: int, needs_n: bool) -> int:
     """One warp per query row (steps 02-04): the block has 32 * block_m threads."""
     need(1 <= tiles.block_m <= MAX_THREADS_PER_BLOCK // WARP,
-          f"block_m = {tiles.block_m}: one warp per query row allows 1 to {MAX_THREADS_PER_BLOCK // WARP} rows "
-          f"per block ({MAX_THREADS_PER_BLOCK} threads)")
+         f"block_m = {tiles.block_m}: one warp per query row allows 1 to {MAX_THREADS_PER_BLOCK // WARP} rows "
+         f"per block ({MAX_THREADS_PER_BLOCK} threads)")
     if needs_n:
         need(tiles.block_n >= WARP and tiles.block_n % WARP == 0,
-              f"block_n = {tiles.block_n}: a K/V tile is walked 32 keys at a time, so block_n must be a positive "
-              f"multiple of 32")
+             f"block_n = {tiles.block_n}: a K/V tile is walked 32 keys at a time, so block_n must be a positive "
+             f"multiple of 32")
     return WARP * tiles.block_m
 
 
@@ -154,11 +155,11 @@ def forward_config(exercise: str, n_q: int, n_k: int, d: int, heads: int = 1, ti
         threads = _warp_rows(tiles, d, needs_n=True)
     elif layout == "wmma":
         need(tiles.block_m % 16 == 0 and 16 <= tiles.block_m <= 16 * MAX_THREADS_PER_BLOCK // WARP,
-              f"block_m = {tiles.block_m}: each warp owns 16 query rows (one wmma tile), so block_m must be a "
-              f"multiple of 16 from 16 to {16 * MAX_THREADS_PER_BLOCK // WARP}")
+             f"block_m = {tiles.block_m}: each warp owns 16 query rows (one wmma tile), so block_m must be a "
+             f"multiple of 16 from 16 to {16 * MAX_THREADS_PER_BLOCK // WARP}")
         need(tiles.block_n >= 16 and tiles.block_n % 16 == 0,
-              f"block_n = {tiles.block_n}: K/V tiles are multiplied 16 keys at a time, so block_n must be a "
-              f"positive multiple of 16")
+             f"block_n = {tiles.block_n}: K/V tiles are multiplied 16 keys at a time, so block_n must be a "
+             f"positive multiple of 16")
         threads = WARP * tiles.block_m // 16
     else:
         raise CourseError(f"{exercise}: unknown launch layout {layout!r}")
@@ -398,20 +399,18 @@ def backward_plan(n_q: int, n_k: int, d: int, constants: dict[str, int]) -> Back
     if d > max_d:
         raise CourseError(f"D = {d} is too large: these kernels keep per-thread dK/dV columns in registers "
                           f"sized for D <= {max_d}")
-    if threads > MAX_THREADS_PER_BLOCK or threads % 32:
-        raise CourseError(f"THREADS = {threads}: a block is a whole number of warps, at most {MAX_THREADS_PER_BLOCK} threads")
+    if threads > MAX_THREADS_PER_BLOCK or threads % WARP:
+        raise CourseError(f"THREADS = {threads}: a block is a whole number of warps, at most "
+                          f"{MAX_THREADS_PER_BLOCK} threads")
     # Layout of the dK/dV kernels: K, V tiles; Q, dO tiles; P, dS tiles; LSE, Δ (see the .cu files).
     kv_floats = 2 * bn * d + 2 * bm * d + 2 * bm * bn + 2 * bm
     q_floats = 2 * bn * d + 2 * bm * d + bm * bn + 2 * bm  # backward_dq keeps no P tile
     for what, floats in (("the dK/dV kernel", kv_floats), ("backward_dq", q_floats)):
-        if floats * _FLOAT > BACKWARD_SHARED_LIMIT:
-            raise CourseError(f"{what} would need {floats * _FLOAT} bytes of shared memory per block at D = {d} "
-                              f"(BLOCK_M = {bm}, BLOCK_N = {bn}); a GPU gives {BACKWARD_SHARED_LIMIT} without an opt-in")
-    warps = threads // 32
+        check_shared_memory(floats * _FLOAT, f"{what} at D = {d} (BLOCK_M = {bm}, BLOCK_N = {bn}, no opt-in)",
+                            BACKWARD_SHARED_LIMIT)
+    warps = threads // WARP
     return BackwardPlan(threads=threads, delta_blocks=math.ceil(n_q / warps), kv_blocks=math.ceil(n_k / bn),
-                q_blocks=math.ceil(n_q / bm), kv_shared=kv_floats * _FLOAT, q_shared=q_floats * _FLOAT)
-
-
+                        q_blocks=math.ceil(n_q / bm), kv_shared=kv_floats * _FLOAT, q_shared=q_floats * _FLOAT)
 
 
 def _backward(kind: str, module: RawModule, q, k, v, o, lse, do, causal: bool, scale: float | None,

@@ -20,7 +20,7 @@ D is not a multiple of 8, more than 1024 threads per threadgroup, or threadgroup
 32 KiB an Apple GPU gives one threadgroup.
 
 ``**launch`` holds the CPU runtime's options (``check=``, ``schedule=``, ``seed=``, ``workers=``,
-``timeout=``), e.g. ``**course.tracks.cuda.GRADING_LAUNCH``; the GPU path takes none.
+``timeout=``), e.g. ``**course.tracks.common.GRADING_LAUNCH``; the GPU path takes none.
 """
 from __future__ import annotations
 
@@ -189,8 +189,6 @@ def kernel_constants(module: RawModule, exercise: str) -> dict[str, int]:
     return kernel_defines(module, STEPS[exercise].constants)
 
 
-
-
 def _forward_memory(exercise: str, tiles: Tiles, d: int) -> dict[str, int]:
     """Bytes of each [[threadgroup(n)]] buffer of a forward step; the kernels carve them the same way."""
     m, n = tiles.block_m, tiles.block_n
@@ -209,14 +207,14 @@ def _check_tiles(exercise: str, tiles: Tiles, constants: dict[str, int]) -> int:
     m, n = tiles.block_m, tiles.block_n
     if exercise == "05.mma_metal":
         need(m >= 8 and m % 8 == 0, f"block_m = {m}: each simdgroup owns 8 query rows (one 8 x 8 matrix), so "
-                                     f"block_m must be a positive multiple of 8.")
+                                    f"block_m must be a positive multiple of 8.")
         need(n >= 8 and n % 8 == 0, f"block_n = {n}: keys are multiplied 8 at a time, so block_n must be a "
-                                     f"positive multiple of 8.")
+                                    f"positive multiple of 8.")
         return SIMDGROUP * m // 8
     need(m >= 1, f"block_m = {m}: a threadgroup needs at least one query row.")
     need(1 <= n <= constants["MAX_BLOCK_N"], f"block_n = {n}: the kernel keeps one tile's scores in a thread array "
-                                             f"of MAX_BLOCK_N = {constants['MAX_BLOCK_N']}, so 1 <= block_n <= "
-                                             f"{constants['MAX_BLOCK_N']}.")
+                                            f"of MAX_BLOCK_N = {constants['MAX_BLOCK_N']}, so 1 <= block_n <= "
+                                            f"{constants['MAX_BLOCK_N']}.")
     return m
 
 
@@ -230,7 +228,7 @@ def _default_tiles(exercise: str, d: int) -> Tiles:
 def _check_head_dim(exercise: str, d: int, constants: dict[str, int]) -> None:
     name = STEPS[exercise].kernel_file.rsplit("/", 1)[1]
     need(d <= constants["MAX_HEAD_DIM"], f"{name} keeps a row of O in a thread array of MAX_HEAD_DIM = "
-                                          f"{constants['MAX_HEAD_DIM']} floats; D = {d} is too large.")
+                                         f"{constants['MAX_HEAD_DIM']} floats; D = {d} is too large.")
     multiple = STEPS[exercise].d_multiple
     why = {4: "moves rows as float4 vectors of 4 floats", 8: "multiplies 8 x 8 simdgroup matrices"}.get(multiple)
     need(d % multiple == 0, f"{name} {why}, so D must be a multiple of {multiple}; D = {d} is not.")
@@ -323,7 +321,7 @@ def backward_launches(exercise: str, module: RawModule, q: np.ndarray, k: np.nda
     n_k = k.shape[0]
     name = STEPS[exercise].kernel_file.rsplit("/", 1)[1]
     need(d <= c["MAX_HEAD_DIM"], f"{name} keeps each thread's dK/dV (and dQ) columns in thread arrays sized for "
-                                  f"D <= MAX_HEAD_DIM = {c['MAX_HEAD_DIM']}; D = {d} is too large.")
+                                 f"D <= MAX_HEAD_DIM = {c['MAX_HEAD_DIM']}; D = {d} is too large.")
     threads, bm, bn = c["THREADS"], c["BLOCK_M"], c["BLOCK_N"]
     shape = dict(n_q=np.uint32(n_q), n_k=np.uint32(n_k), d=np.uint32(d), scale=np.float32(scale),
                  causal=np.uint32(bool(causal)))

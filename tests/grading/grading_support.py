@@ -13,7 +13,6 @@ from autograder.grade.pipeline import StudentResult
 from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
 
 
-
 def put(path: Path, nb: nbformat.NotebookNode | str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(nb if isinstance(nb, str) else nbformat.writes(nb))

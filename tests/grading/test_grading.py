@@ -39,14 +39,6 @@ def lesson(add_body: str = "return a + b", mul_body: str = "return a * b") -> nb
     ])
 
 
-
-
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def fixture_solutions(tmp_path_factory: pytest.TempPathFactory) -> Path:
     solutions = tmp_path_factory.mktemp("solutions")
@@ -238,9 +230,6 @@ def test_zip_batch_through_the_command_line(fixture_solutions: Path, tmp_path: P
 # ---------------------------------------------------------------------------------------------
 # The course's own lessons (slow)
 # ---------------------------------------------------------------------------------------------
-
-
-
 
 
 def _has_lesson(assignment: str) -> bool:
