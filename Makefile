@@ -6,7 +6,7 @@ ASSIGNMENT ?= 01_naive_attention
 # `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
 TIER ?= cpu
 
-.PHONY: setup setup-grade setup-test lab test test-fast release check-release grade doctor bench clean
+.PHONY: setup setup-grade setup-test lab lab-instructor test test-fast release check-release grade doctor bench clean
 
 setup:
 	@scripts/setup.sh
@@ -20,7 +20,13 @@ setup-test:
 # Jupyter refuses to run as root unless told; containers and fresh VMs often are root.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# The learner's lab: build/lab/ holds the student notebooks and the kernels without their solutions,
+# nbgrader's instructor tools are off, and a rebuild never overwrites a file the learner changed.
 lab: setup
+	COURSE_TIER=$(TIER) $(PY) -m course.tools.lab serve
+
+# The instructor's lab: the whole repository (solutions/ included), nbgrader's tools on.
+lab-instructor: setup
 	COURSE_TIER=$(TIER) $(PY) -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. notebooks/00_orientation/00_orientation.ipynb
 
 test: setup-test
@@ -46,5 +52,7 @@ doctor: setup
 bench: setup
 	$(PY) -m course.tools.bench_triton $(BENCH_ARGS)
 
+# build/lab/ holds a learner's work, so clean leaves it alone (delete it by hand to start over).
 clean:
-	rm -rf build test-output .pytest_cache
+	[ ! -d build ] || find build -mindepth 1 -maxdepth 1 ! -name lab -exec rm -rf {} +
+	rm -rf test-output .pytest_cache

@@ -15,24 +15,28 @@ tiers.configure()  # must run before any @triton.jit function is defined
 from course import reference, roofline  # noqa: E402
 from course.errors import CheckFailed, CourseError  # noqa: E402
 from course.exercises import EXERCISES, check  # noqa: E402
+from course.hint_ladder import hint, reveal  # noqa: E402
+from course.track_choice import check_tracks  # noqa: E402
 from course.inputs import Case, make_qkv, standard_cases  # noqa: E402
 from course.reference import attention, attention_backward  # noqa: E402
 
 
 def _register_magics() -> None:
-    """``%%cuda`` and ``%%metal`` cells, when running inside IPython/Jupyter."""
+    """``%%cuda`` and ``%%metal`` cells, and what a failed cell leaves behind (course.answers), inside IPython/Jupyter."""
     try:
         from IPython import get_ipython
     except ImportError:
         return
     ipython = get_ipython()
     if ipython is not None:
+        from course.answers import install
         from course.simt.magic import register
         register(ipython)
+        install(ipython)
 
 
 _register_magics()
 
-__all__ = ["check", "EXERCISES", "CheckFailed", "CourseError", "Case", "make_qkv", "standard_cases",
+__all__ = ["check", "check_tracks", "hint", "reveal", "EXERCISES", "CheckFailed", "CourseError", "Case", "make_qkv", "standard_cases",
            "attention", "attention_backward", "reference", "roofline", "tiers"]
 __version__ = "0.1.0"

@@ -6,13 +6,15 @@ learner runs and what the grader runs can never disagree.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import torch
 
 from course import roofline, tiers
-from course.engines import Report, check_attention, check_backward, check_merge_states, check_softmax, check_values
+from course.engines import (Mistake, Report, check_attention, check_backward, check_merge_states, check_softmax,
+                            check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
 from course.isolation import run_isolated
 from course.inputs import Case, standard_cases
@@ -31,28 +33,69 @@ class Exercise:
     """What the learner hands in: a Python function, or the kernel module a %%cuda / %%metal cell made."""
 
 
-def _ratio_hint(ratio: float, text: str):
-    def hint(got: float, want: float, args: dict) -> str | None:
-        return text if want and abs(got / want - ratio) < 1e-9 else None
-    return hint
-
-
 # -- lesson 00 ----------------------------------------------------------------------------------
 
 _FLOP_ARGS = [dict(n_q=1, n_k=1, d=1), dict(n_q=128, n_k=128, d=64), dict(n_q=17, n_k=129, d=32),
               dict(n_q=4096, n_k=4096, d=128), dict(n_q=1000, n_k=10, d=16)]
 
 
+def _flops(factor: int, lengths: str = "qk", d_power: int = 1):
+    """The FLOP count a learner writes: factor · (two lengths) · D^d_power, "qq" / "kk" using one length twice."""
+    def count(n_q: int, n_k: int, d: int) -> int:
+        a, b = {"qk": (n_q, n_k), "qq": (n_q, n_q), "kk": (n_k, n_k)}[lengths]
+        return factor * a * b * d ** d_power
+    return count
+
+
+# Each mistake is the formula a learner with it would write; check_values shows a hint only when one
+# of them gives every value the learner's function returned.
+_FLOP_MISTAKES = [
+    # One matmul at 2 FLOPs per multiply-add, or both at 1: the same number, so one text for both.
+    Mistake("that is half: there are two matmuls (Q·Kᵀ and P·V) of Nq·Nk·D multiply-adds each, and a multiply-add "
+            "is 2 FLOPs; either a matmul is missing or a multiply-add was counted as 1 FLOP.", _flops(2)),
+    Mistake("that is the multiply-adds of one matmul: a multiply-add is 2 FLOPs, and there are two matmuls "
+            "(Q·Kᵀ and P·V).", _flops(1)),
+    Mistake("the count grows as D²: each of the Nq·Nk scores is one dot product of length D, so the FLOPs grow "
+            "linearly in D.", _flops(4, d_power=2)),
+    Mistake("D is missing: each of the Nq·Nk scores is a dot product of length D, and P·V does Nq·Nk·D "
+            "multiply-adds too.",
+            _flops(4, d_power=0)),
+    Mistake("Nq is used for both lengths: S is Nq × Nk.", _flops(4, "qq")),
+    Mistake("Nk is used for both lengths: S is Nq × Nk.", _flops(4, "kk")),
+]
+
+
 def _attention_flops(fn, arguments: Iterable[dict] | None = None) -> Report:
     return check_values("00.attention_flops", fn, lambda n_q, n_k, d: roofline.attention_flops(n_q, n_k, d),
-                        arguments or _FLOP_ARGS, hints=[
-                            _ratio_hint(0.5, "that is half: count both matmuls (Q·Kᵀ and P·V), each 2·Nq·Nk·D FLOPs."),
-                            _ratio_hint(0.25, "a multiply-add is 2 FLOPs, and there are two matmuls."),
-                            lambda got, want, a: ("the count should grow linearly in D, not as D²."
-                                                  if a["d"] > 1 and abs(got / want - a["d"]) < 1e-9 else None),
-                            lambda got, want, a: ("Nq and Nk are different here: S is Nq × Nk."
-                                                  if a["n_q"] != a["n_k"] else None),
-                        ])
+                        arguments or _FLOP_ARGS, _FLOP_MISTAKES)
+
+
+def _intensity_with(flops=None, elements=None, per_element: bool = True, inverted: bool = False):
+    """The intensity a learner computes with other FLOPs or another element count than the right ones."""
+    def intensity(n: int, d: int, bytes_per_element: int) -> float:
+        f = (flops or roofline.attention_flops)(n, n, d)
+        moved = (elements(n, d) if elements else 4 * n * d) * (bytes_per_element if per_element else 1)
+        return moved / f if inverted else f / moved
+    return intensity
+
+
+_INTENSITY_MISTAKES = [
+    Mistake("remember the bytes per element: bytes = elements × bytes_per_element.",
+            _intensity_with(per_element=False)),
+    Mistake("Q is read and O is written too: a fused kernel moves four N × D tensors (Q, K, V and O), not only K and V.",
+            _intensity_with(elements=lambda n, d: 2 * n * d)),
+    Mistake("O is written once too: a fused kernel reads Q, K, V and writes O, four N × D tensors.",
+            _intensity_with(elements=lambda n, d: 3 * n * d)),
+    Mistake("S never reaches global memory in a fused kernel: count Q, K, V and O only (4·N·D elements).",
+            _intensity_with(elements=lambda n, d: 4 * n * d + n * n)),
+    Mistake("that is the traffic of unfused attention (S and P written and read back); a fused kernel moves only "
+            "Q, K, V and O.", lambda n, d, bytes_per_element: roofline.attention_flops(n, n, d)
+            / roofline.standard_attention_bytes(n, n, d, bytes_per_element)),
+    Mistake("the FLOPs are half the right count: attention_flops(N, N, D) counts both matmuls.",
+            _intensity_with(flops=lambda n_q, n_k, d: 2 * n_q * n_k * d)),
+    Mistake("intensity is FLOPs per byte: divide the FLOPs by the bytes, not the bytes by the FLOPs.",
+            _intensity_with(inverted=True)),
+]
 
 
 def _intensity(fn, arguments: Iterable[dict] | None = None) -> Report:
@@ -62,12 +105,7 @@ def _intensity(fn, arguments: Iterable[dict] | None = None) -> Report:
     def expected(n: int, d: int, bytes_per_element: int) -> float:
         return roofline.arithmetic_intensity(roofline.attention_flops(n, n, d),
                                              roofline.flash_attention_bytes(n, n, d, bytes_per_element))
-    return check_values("00.flash_intensity", fn, expected, args, rel=1e-6, hints=[
-        lambda got, want, a: ("bytes should count Q, K, V read once and O written once, each N·D elements."
-                              if abs(got / want - 4 / 3) < 1e-6 else None),
-        lambda got, want, a: ("remember the bytes per element: multiply element counts by it."
-                              if abs(got / want - a["bytes_per_element"]) < 1e-6 else None),
-    ])
+    return check_values("00.flash_intensity", fn, expected, args, _INTENSITY_MISTAKES, rel=1e-6)
 
 
 # -- lesson 01 ----------------------------------------------------------------------------------
@@ -84,43 +122,68 @@ def _attention_torch(fn, cases: Iterable[Case] | None = None) -> Report:
     return report
 
 
+def _naive_bytes_mistakes() -> list[Mistake]:
+    """Wrong counts of the naive kernel's reads, built from the right one: b·N·(D + r·N·D), where r is how
+    many N × D tensors of K and V each program reads (roofline.naive_kernel_bytes_read says)."""
+    r = roofline.naive_kernel_bytes_read(1, 1, 1, 1) - 1
+    size = roofline.element_size
+
+    def reads(n, d, dtype, programs=None, q_row=1, kv=r, per_element=True) -> int:
+        return (size(dtype) if per_element else 1) * (n if programs is None else programs) * (q_row * d + kv * n * d)
+    kv_text = ("all of K twice (once for the max, once for the sums) and all of V once" if r == 3
+               else "all of K and all of V" if r == 2 else f"{r}·N·D elements of K and V")
+    return [
+        Mistake("elements, not bytes: multiply by the element size of the dtype.",
+                lambda n, d, dtype: reads(n, d, dtype, per_element=False)),
+        Mistake("each program also reads its own query row (D elements).", lambda n, d, dtype: reads(n, d, dtype, q_row=0)),
+        Mistake(f"every program reads {kv_text}, plus its query row.",
+                lambda n, d, dtype: reads(n, d, dtype, kv=r - 1)),
+        Mistake("K and V are read by every query row's program, not once in total: that is what makes the kernel naive.",
+                lambda n, d, dtype: size(dtype) * (n * d + r * n * d)),
+        Mistake("that is what one program reads; there are N programs, one per query row.",
+                lambda n, d, dtype: reads(n, d, dtype, programs=1)),
+        Mistake("this counts bytes read only; O is written, not read.", lambda n, d, dtype: reads(n, d, dtype, q_row=2)),
+    ]
+
+
 def _naive_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
     args = arguments or [dict(n=1, d=16, dtype=torch.float32), dict(n=1024, d=64, dtype=torch.float16),
                          dict(n=17, d=128, dtype=torch.float32), dict(n=4096, d=128, dtype=torch.bfloat16)]
 
     def expected(n: int, d: int, dtype: torch.dtype) -> int:
         return roofline.naive_kernel_bytes_read(n, n, d, roofline.element_size(dtype))
-    return check_values("01.naive_bytes_read", fn, expected, args, hints=[
-        lambda got, want, a: ("elements, not bytes: multiply by the element size of the dtype."
-                              if abs(got * roofline.element_size(a["dtype"]) / want - 1) < 1e-9 else None),
-        lambda got, want, a: ("each program also reads its own query row (D elements)."
-                              if got == want - a["n"] * a["d"] * roofline.element_size(a["dtype"]) else None),
-        lambda got, want, a: ("every program reads all of K *and* all of V."
-                              if got == want - a["n"] * a["n"] * a["d"] * roofline.element_size(a["dtype"]) else None),
-        lambda got, want, a: ("K and V are read once per query row, not once in total: that is what makes the kernel naive."
-                              if a["n"] > 1 and got < want / 2 else None),
-    ])
+    return check_values("01.naive_bytes_read", fn, expected, args, _naive_bytes_mistakes())
 
 
-def _naive_triton(fn, cases: Iterable[Case] | None = None) -> Report:
-    if cases is None:
-        # Kept small on purpose: the interpreter runs one program per row, one key per step
-        # (about 1 ms per key on a laptop), so Σ Nq·Nk decides the run time.
-        cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(17, 17, 64, seed=2),
-                 Case(33, 33, 64, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(40, 6, 16, seed=6),
-                 Case(24, 24, 32, dtype=torch.float16, seed=21)]
-    where = dict(device=tiers.device(), tier=tiers.active_tier())
-    report = check_attention("01.naive_triton", fn, cases, **where)
-    check_attention("01.naive_triton", fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
-    return report
+def _row_kernel_cases() -> list[Case]:
+    # Kept small: the interpreter runs the programs (one per query row) one after the other, a block
+    # of 32 keys per step. 33 and 40 keys cross a block boundary with a ragged last block.
+    return [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(17, 17, 64, seed=2),
+            Case(33, 33, 64, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(40, 6, 16, seed=6),
+            Case(24, 24, 32, dtype=torch.float16, seed=21)]
+
+
+def _row_kernel(exercise: str, more: tuple[Case, ...] = ()):
+    """A Triton kernel with one program per query row (lesson 01's two passes, lesson 02's one sweep)."""
+    def run(fn, cases: Iterable[Case] | None = None) -> Report:
+        cases = list(cases) if cases is not None else _row_kernel_cases() + list(more)
+        where = dict(device=tiers.device(), tier=tiers.active_tier())
+        report = check_attention(exercise, fn, cases, **where)
+        check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
+        return report
+    return run
+
+
+_naive_triton = _row_kernel("01.naive_triton")
 
 
 def _naive_simt(exercise: str):
-    """Lesson 01's kernel in CUDA C or Metal, run on the CPU SIMT runtime with memcheck, racecheck and
-    a random schedule (``module`` is the RawModule a ``%%cuda`` / ``%%metal`` cell made)."""
+    """A one-thread-per-row kernel in CUDA C or Metal (lesson 01, Metal's lesson 02), run on the CPU SIMT
+    runtime with memcheck, racecheck and a random schedule (``module`` is the RawModule a ``%%cuda`` /
+    ``%%metal`` cell made)."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
         from course.tracks import cuda as cuda_track
-        fn = cuda_track.attention_function(module, **cuda_track.GRADING_LAUNCH)
+        fn = cuda_track.attention_function(module, exercise, **cuda_track.GRADING_LAUNCH)
         if cases is None:
             cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(65, 65, 64, seed=2),
                      Case(33, 33, 128, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(70, 6, 16, seed=6),
@@ -177,23 +240,37 @@ def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
     return check_softmax("02.online_softmax_triton", fn, cases, **_kernel_options())
 
 
+def _softmax_mistake(text: str, online_passes: int, safe_passes: int, write: int = 1, per_element: bool = True
+                     ) -> Mistake:
+    """A byte count with the given numbers of passes over the matrix (and writes of the result)."""
+    def count(rows: int, cols: int, bytes_per_element: int, online: bool) -> int:
+        passes = online_passes if online else safe_passes
+        return (passes + write) * rows * cols * (bytes_per_element if per_element else 1)
+    return Mistake(text, count)
+
+
+_SOFTMAX_MISTAKES = [
+    _softmax_mistake("elements, not bytes: multiply by bytes_per_element.", 2, 3, per_element=False),
+    # No write of the result, or one read too few in both versions: the same numbers, so one text for both.
+    _softmax_mistake("one sweep of the matrix short in both versions: the safe softmax reads it 3 times and the online "
+                     "one 2 times, and each writes the result once.", 2, 3, write=0),
+    _softmax_mistake("the online softmax reads the matrix twice, not three times: m and l come from one sweep, then "
+                     "one sweep normalises.", 3, 3),
+    _softmax_mistake("the online softmax still reads the matrix twice: one sweep finds m and l together, a second one "
+                     "normalises (and the write of the result comes on top).", 1, 3),
+    _softmax_mistake("the safe softmax reads the matrix three times: once for the max, once for the sum, once to "
+                     "normalise.", 2, 2),
+    _softmax_mistake("the two are swapped: the safe softmax reads the matrix three times, the online one twice.",
+                     3, 2),
+]
+
+
 def _softmax_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
     args = arguments or [dict(rows=1, cols=1, bytes_per_element=4, online=False),
                          dict(rows=4096, cols=4096, bytes_per_element=2, online=True),
                          dict(rows=17, cols=300, bytes_per_element=4, online=False),
                          dict(rows=1024, cols=129, bytes_per_element=2, online=True)]
-
-    def size(a: dict) -> int:
-        return a["rows"] * a["cols"] * a["bytes_per_element"]
-    return check_values("02.softmax_bytes", fn, roofline.softmax_bytes, args, hints=[
-        lambda got, want, a: ("elements, not bytes: multiply by bytes_per_element."
-                              if a["bytes_per_element"] > 1 and got * a["bytes_per_element"] == want else None),
-        lambda got, want, a: "count the one write of the result too." if got == want - size(a) else None,
-        lambda got, want, a: ("the online softmax reads the matrix twice: m and l come from one sweep, then one sweep normalises."
-                              if a["online"] and got == want + size(a) else None),
-        lambda got, want, a: ("the safe softmax reads the matrix three times: for the max, for the sum, and to normalise."
-                              if not a["online"] and got == want - size(a) else None),
-    ])
+    return check_values("02.softmax_bytes", fn, roofline.softmax_bytes, args, _SOFTMAX_MISTAKES)
 
 
 def _merge_states(fn, cases: Iterable[Case] | None = None, exercise: str = "02.online_softmax_merge_triton") -> Report:
@@ -283,6 +360,8 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              takes="kernel module"),
     Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)",
              _track_step("02.online_softmax_cuda"), isolated=True, takes="kernel module"),
+    Exercise("02.online_softmax_metal", "One sweep over the keys with the online softmax (Metal)",
+             _naive_simt("02.online_softmax_metal"), isolated=True, takes="kernel module"),
     Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", _track_step("03.tiled_cuda"),
              isolated=True, takes="kernel module"),
     Exercise("04.double_buffer_cuda", "float4 accesses and double-buffered tiles (CUDA C)",
@@ -311,6 +390,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              lambda fn, cases=None: _merge_states(fn, cases, "02.merge_torch")),
     Exercise("02.online_softmax_merge_triton", "Merging two partial softmax states in a Triton kernel", _merge_states,
              isolated=True),
+    Exercise("02.online_softmax_attention_triton", "One sweep over the keys with the online softmax (Triton)",
+             _row_kernel("02.online_softmax_attention_triton", (Case(6, 129, 16, kind="peaky", seed=8),)),
+             isolated=True),
     Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_triton", fn, cases), isolated=True),
     Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",
@@ -335,6 +417,9 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         known = ", ".join(sorted(EXERCISES))
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
     chosen = EXERCISES[exercise]
+    from course.answers import FailedCell
+    if isinstance(candidate, FailedCell):
+        raise CheckFailed(f"{exercise}: {candidate.message}")
     if chosen.takes == "kernel module":
         from course.simt import RawModule
         from course.simt.magic import CompileFailed
@@ -344,11 +429,18 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         if not isinstance(candidate, RawModule):
             raise CheckFailed(f"{exercise}: expected the kernels your %%cuda / %%metal cell compiled (the name after "
                               f"the magic), got {type(candidate).__name__}. Run that cell first.")
+        if untouched_stub(exercise, candidate.code):
+            cell = os.path.splitext(os.path.basename(candidate.display_path))[0]
+            raise CheckFailed(f"{exercise}: not implemented yet: your %%{candidate.language} {cell} cell still holds the "
+                              f"kernel as handed out (nothing is written where it says `// YOUR CODE HERE`).\n"
+                              f"  hint: complete the region marked `// YOUR CODE HERE`, run the cell, then this check "
+                              f"again.")
     elif not callable(candidate):
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
-    if chosen.isolated:
-        report = run_isolated(lambda: chosen.run(candidate, **options), exercise)
-    else:
-        report = chosen.run(candidate, **options)
+    with quiet():  # no library warning about a wrong answer's overflow lands above the diagnosis
+        if chosen.isolated:
+            report = run_isolated(lambda: chosen.run(candidate, **options), exercise)
+        else:
+            report = chosen.run(candidate, **options)
     print(report)
     return report

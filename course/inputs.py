@@ -40,12 +40,16 @@ class Case:
     batch: tuple[int, ...] = field(default=())
     seed: int = 0
 
-    def describe(self) -> str:
+    def describe(self, scale: float | None = None) -> str:
+        """The case in words that reproduce it: sizes, kind, causal, dtype and seed (``make_qkv``'s
+        arguments), and the softmax scale when a check passes one explicitly."""
         shape = f"Nq={self.n_q}, Nk={self.n_k}, D={self.d}"
         if self.batch:
             shape = f"batch={self.batch}, " + shape
-        extras = [self.kind] + (["causal"] if self.causal else []) + [str(self.dtype).replace("torch.", "")]
-        return f"{shape} ({', '.join(extras)})"
+        extras = [self.kind] + (["causal"] if self.causal else []) + [str(self.dtype).replace("torch.", ""),
+                                                                      f"seed={self.seed}"]
+        text = f"{shape} ({', '.join(extras)})"
+        return text if scale is None else f"{text} with scale={float(scale)!r}"
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return make_qkv(self.n_q, self.d, n_k=self.n_k, kind=self.kind, dtype=self.dtype, batch=self.batch, seed=self.seed)

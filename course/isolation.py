@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import sys
+import warnings
 from typing import Any, Callable, TypeVar
 
 from course.errors import CheckFailed
@@ -54,6 +55,10 @@ def _child(func: Callable[[], Any], result_fd: int, progress_fd: int) -> None:
     # The parent reports a crash in a sentence; a C-level stack dump on stderr would only add noise
     # (and, under nbgrader, stderr in a test cell zeroes it regardless).
     faulthandler.disable()
+    # The child runs a check and nothing else: a library warning about the answer it checks (NumPy's
+    # "overflow encountered in exp" from Triton's interpreter, say) would reach the learner's output,
+    # with a site-packages path, above the diagnosis. The parent's own warning settings are untouched.
+    warnings.simplefilter("ignore")
     # OpenMP's thread pool does not survive fork: if the parent already ran a parallel PyTorch op,
     # the child's first parallel op waits forever on the parent's threads. One thread avoids the pool.
     torch = sys.modules.get("torch")
@@ -99,15 +104,17 @@ def run_isolated(func: Callable[[], T], what: str) -> T:
         os.waitpid(pid, 0)
         raise
     if os.WIFSIGNALED(status) or not payload:
-        if os.WIFSIGNALED(status):
-            number = os.WTERMSIG(status)
+        number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        if number is not None:
             how = f"crashed (signal {number}, {signal.Signals(number).name})"
         else:
             how = f"exited with status {os.WEXITSTATUS(status)}"
         where = f" on {progress[-1]}" if progress else ""
-        raise CheckFailed(f"{what}: your kernel {how}{where}.\n"
-                          "  hint: a crash usually means memory outside a tensor was read or written: "
-                          "check the masks of your loads and stores.")
+        # Only an invalid memory access says which mistake it was; an abort, a kill or an exit does not.
+        memory = number in (signal.SIGSEGV, signal.SIGBUS)
+        raise CheckFailed(f"{what}: your kernel {how}{where}."
+                          + ("\n  hint: the process touched memory it does not own: memory outside a tensor was read "
+                             "or written. Check the masks of your loads and stores." if memory else ""))
     kind, value = pickle.loads(payload)
     if kind == "error":
         raise value

@@ -71,8 +71,9 @@ def softmax_bytes(rows: int, cols: int, bytes_per_element: int, online: bool) ->
 
 
 def naive_kernel_bytes_read(n_q: int, n_k: int, d: int, bytes_per_element: int) -> int:
-    """Bytes the lesson-01 naive kernel reads: each of Nq programs reads its q row and every K and V row."""
-    return bytes_per_element * n_q * (d + 2 * n_k * d)
+    """Bytes the lesson-01 naive kernel reads: each of Nq programs reads its q row (D elements), all of K
+    twice (pass 1 for the row max, pass 2 for the sums) and all of V once: D + 3·Nk·D elements per row."""
+    return bytes_per_element * n_q * (d + 3 * n_k * d)
 
 
 def arithmetic_intensity(flops: float, bytes_moved: float) -> float:

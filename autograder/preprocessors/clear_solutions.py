@@ -20,7 +20,8 @@ from nbgrader import utils
 from nbgrader.preprocessors import ClearSolutions
 from traitlets import Dict
 
-__all__ = ["LanguageAwareClearSolutions", "MissingSolutionDelimitersError", "cell_language", "CODE_STUBS"]
+__all__ = ["LanguageAwareClearSolutions", "MissingSolutionDelimitersError", "cell_language", "file_language",
+           "clear_solution_regions", "CODE_STUBS"]
 
 CODE_STUBS: dict[str, str] = {
     "cuda": "// YOUR CODE HERE",
@@ -37,6 +38,15 @@ EXTENSION_LANGUAGES: dict[str, str] = {
     ".metal": "metal",
     ".c": "c", ".h": "c", ".cc": "c", ".cpp": "c", ".hpp": "c",
 }
+
+
+def file_language(name: str) -> str | None:
+    """The stub language of a source file, by extension (``.py`` is Python); None when unknown."""
+    suffix = re.search(r"\.[^./\\]+$", name)
+    if not suffix:
+        return None
+    suffix = suffix.group(0).lower()
+    return "python" if suffix == ".py" else EXTENSION_LANGUAGES.get(suffix)
 
 
 class MissingSolutionDelimitersError(RuntimeError):
@@ -101,3 +111,12 @@ class LanguageAwareClearSolutions(ClearSolutions):
             return super().preprocess_cell(cell, resources, cell_index)
         finally:
             resources["language"] = notebook_language
+
+
+def clear_solution_regions(source: str, language: str) -> str:
+    """``source`` with every ``BEGIN SOLUTION`` ... ``END SOLUTION`` region replaced by the stub of
+    ``language``, exactly as the release does it in a notebook cell (so a kernel file and the notebook
+    cell that shows it are stripped alike). Raises ``RuntimeError`` on an unclosed or nested region."""
+    cell = NotebookNode(cell_type="code", source=source, metadata={})
+    LanguageAwareClearSolutions()._replace_solution_region(cell, language)
+    return cell.source

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import CourseError
+from .errors import CourseError, quote_diagnostics
 
 __all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime"]
 
@@ -356,7 +356,8 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
         res = _run([compiler(), *flags, *includes, "-c", str(cpp), "-o", str(obj)], f"compiling {display_path}")
         if res.returncode != 0:
             raise KernelCompileError(f"{display_path} did not compile:\n"
-                                     + _learner_diagnostics(res.stderr, display_path))
+                                     + quote_diagnostics(_learner_diagnostics(res.stderr, display_path), source,
+                                                         display_path, first_line))
         res = _run([compiler(), "-shared", "-pthread", "-Wl,--no-undefined", str(obj), str(runtime),
                     "-o", str(lib)], f"linking {display_path}")
         if res.returncode != 0:

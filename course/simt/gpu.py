@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import CourseError
+from .errors import CourseError, quote_diagnostics
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, find_kernels
 from .limits import STATIC_SHARED_LIMIT
 from .toolchain import apple_metal, nvcc_diagnostics, nvcc_path
@@ -190,6 +190,11 @@ def _kernel(source: str, shown: str, name: str, language: str) -> KernelDecl:
     return kernels[name]
 
 
+def _quoted(diagnostics: str, text: str, shown: str) -> str:
+    """Diagnostics with the learner's lines quoted under them (``text`` is what _source made: a #line, then the file)."""
+    return quote_diagnostics(diagnostics, text.split("\n", 1)[1] if "\n" in text else "", shown)
+
+
 def _located(log: str) -> str:
     """Compiler messages with locations as file:line (NVRTC writes file(line), like nvcc)."""
     return nvcc_diagnostics(log)
@@ -287,7 +292,8 @@ def _launch_cupy(text: str, shown: str, name: str, grid, block, plan: list[_Arg]
             module = cp.RawModule(code=text, options=("-std=c++17",), name_expressions=(name,))
             kernel = module.get_function(name)
         except compile_errors as e:
-            raise KernelCompileError(f"{shown} did not compile with NVRTC:\n{_located(str(e))}") from None
+            raise KernelCompileError(f"{shown} did not compile with NVRTC:\n{_quoted(_located(str(e)), text, shown)}"
+                                     ) from None
         if shared_mem > STATIC_SHARED_LIMIT:
             kernel.max_dynamic_shared_size_bytes = shared_mem
         values, copies = [], []
@@ -346,7 +352,8 @@ def _launch_cuda_python(text: str, shown: str, name: str, grid, block, plan: lis
             size = _ok(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(program, log)
-            raise KernelCompileError(f"{shown} did not compile with NVRTC:\n{_located(log.decode(errors='replace'))}")
+            raise KernelCompileError(f"{shown} did not compile with NVRTC:\n"
+                                     f"{_quoted(_located(log.decode(errors='replace')), text, shown)}")
         symbol = _ok(nvrtc.nvrtcGetLoweredName(program, name.encode()), "nvrtcGetLoweredName")
         size = _ok(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
         cubin = b" " * size
@@ -444,7 +451,7 @@ def launch_metal(source: str | None, name: str, grid, threadgroup, args: Sequenc
     device = Metal.MTLCreateSystemDefaultDevice()
     library, error = device.newLibraryWithSource_options_error_(text, Metal.MTLCompileOptions.alloc().init(), None)
     if library is None:
-        raise KernelCompileError(f"{shown} did not compile with Metal:\n{_metal_message(error)}")
+        raise KernelCompileError(f"{shown} did not compile with Metal:\n{_quoted(_metal_message(error), text, shown)}")
     function = library.newFunctionWithName_(name)
     if function is None:
         raise KernelCompileError(f"Metal compiled {shown} but it has no kernel function `{name}`")

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import CourseError
+from .errors import CourseError, quote_lines
 from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
@@ -410,7 +410,8 @@ class RawKernel:
                 if status == 2:
                     message = lib.symbolize(lib.dll.simt_error(handle).decode(errors="replace"),
                                             self.module.display_path)
-                    raise KernelLaunchError(f"{self.name}: {message}")
+                    raise KernelLaunchError(quote_lines(f"{self.name}: {message}", self.module.code,
+                                                        self.module.display_path, self.module.first_line))
                 output.seek(0)
                 tail = output.read()[-2000:].decode(errors="replace").strip()
                 how = (f"was killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)

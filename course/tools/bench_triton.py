@@ -21,8 +21,9 @@ Which kernels apply where:
 * 06 causal: forward, causal and not.
 * 08 flash_attention: forward and forward + backward, causal and not (its backward is lesson 07's,
   with the atomic dQ; lesson 07 has no row of its own).
-* Lesson 01's naive kernel is left out: it takes a single (N, D) head and reads all of K and V once
-  per query row, so beyond small N it takes minutes, not milliseconds.
+* Lesson 01's naive kernel and lesson 02's one-sweep kernel are left out: they take a single (N, D)
+  head and every query row reads all of K and V (01 reads K twice), so beyond small N they take
+  minutes, not milliseconds.
 
 Timing (:mod:`course.tools.timing`, shared with ``bench_cuda``): one untimed call first (Triton
 compiles and autotunes on the first call of each new shape), a few warm-up runs that also estimate
@@ -373,8 +374,9 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         "- Lessons 03-05 have no mask, so they run forward non-causal only; 06 runs forward; 08 (06's forward with "
         "07's backward, atomic dQ, as an autograd Function) runs everything. Lesson 07 has no row of its own: it is "
         "the backward inside 08's forward + backward time.",
-        "- Lesson 01's naive kernel is not in the tables: it takes one (N, D) head and reads all of K and V once per "
-        "query row, so beyond small N a single call takes minutes.",
+        "- Lesson 01's naive kernel and lesson 02's one-sweep kernel are not in the tables: they take one (N, D) head "
+        "and every query row reads all of K and V (lesson 01 reads K twice), so beyond small N a single call takes "
+        "minutes.",
         "- OOM: the GPU ran out of memory for that shape; out of resources: the kernel needs more shared memory or "
         "registers than the GPU has; unsupported: SDPA's flash backend refused the input.",
     ]
@@ -673,6 +675,7 @@ def smoke_cases() -> dict[str, Any]:
         "01.naive_triton": Case(9, 9, 16),
         "02.online_softmax_triton": Case(5, 40, 16),
         "02.online_softmax_merge_triton": Case(5, 40, 16, seed=1),
+        "02.online_softmax_attention_triton": Case(9, 40, 16, seed=9),
         "03.tiled_triton": Case(17, 33, 32, seed=2),
         "04.double_buffer_triton": Case(17, 33, 32, seed=3),
         "05.mma_triton": Case(17, 33, 32, dtype=torch.float16, seed=4),
@@ -870,7 +873,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name()
     torch_version, triton_version = _versions()
     print(f"{device}: torch {torch_version} (CUDA {torch.version.cuda}), triton {triton_version}")
-    print("Lesson 01's naive kernel is left out: it takes one (N, D) head and is far too slow beyond small N.")
+    print("Lesson 01's naive kernel and lesson 02's one-sweep kernel are left out: they take one (N, D) head and are "
+          "far too slow beyond small N.")
     started = time.perf_counter()
     results: list[Measurement] = []
     interrupted = False

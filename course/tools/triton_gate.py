@@ -334,7 +334,9 @@ def _load_module(path: Path):
 def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
     if lesson == "02_online_softmax":
         for dtype in m.dtypes:
-            yield {"dtype": dtype}
+            yield {"dtype": dtype}  # the row softmax and the merge: no head dim
+            for d in m.head_dims_for(dtype):
+                yield {"dtype": dtype, "head_dim": d}  # the one-sweep attention kernel
         return
     for dtype in m.dtypes:
         for d in m.head_dims_for(dtype):
@@ -355,6 +357,10 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
     def rand(*shape, dt=dtype):
         return torch.empty(*shape, dtype=dt, device="cuda")
 
+    if lesson == "02_online_softmax" and "head_dim" in case:
+        q = rand(N_CTX, case["head_dim"])
+        module.online_attention(q, q, q)
+        return
     if lesson == "02_online_softmax":
         x = rand(4, SOFTMAX_COLS)
         module.online_softmax(x)

@@ -64,9 +64,10 @@ def _launch_step(row: KernelExercise) -> Step:
                 o.get("half_inputs", False), o.get("d_multiple", 1))
 
 
-# The forward steps of CUDA C, and lesson 01 in Metal (one thread per row: the same launch), from the table.
+# The forward steps of CUDA C, and the Metal steps with one thread per row (lessons 01 and 02: the same
+# launch as CUDA's lesson 01), from the table.
 STEPS: dict[str, Step] = {row.id: _launch_step(row) for row in exercises(track="cuda") if row.lesson != "07"}
-STEPS["01.naive_metal"] = _launch_step(exercise("01.naive_metal"))
+STEPS.update({row.id: _launch_step(row) for row in exercises(track="metal") if row.options.get("layout") == "naive"})
 
 
 def module_for(exercise: str) -> RawModule:
@@ -244,8 +245,10 @@ def forward(exercise: str, module: RawModule | None, q: torch.Tensor, k: torch.T
 
 
 def naive_attention(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    scale: float | None = None, **launch: Any) -> torch.Tensor:
-    """softmax(scale · Q Kᵀ) V with lesson 01's kernel: one thread per query row, 64 per block.
+                    scale: float | None = None, *, kernel: str = "naive_attention", **launch: Any) -> torch.Tensor:
+    """softmax(scale · Q Kᵀ) V with a one-thread-per-row kernel, 64 threads per block: lesson 01's
+    ``naive_attention`` by default, or ``kernel`` (Metal's lesson 02, ``online_attention``), which takes
+    the same arguments.
 
     The kernel computes in float32; inputs of another dtype are converted, and O comes back in q's dtype.
     """
@@ -257,13 +260,13 @@ def naive_attention(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torc
     if n_k == 0:
         raise CourseError("attention over zero keys is undefined")
     if d > MAX_HEAD_DIM:
-        raise CourseError(f"the naive kernel keeps a row of O in a {MAX_HEAD_DIM}-float array; D = {d} is too large")
+        raise CourseError(f"`{kernel}` keeps a row of O in a {MAX_HEAD_DIM}-float array; D = {d} is too large")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     o = np.zeros_like(qa)
     if n_q:
         blocks = (n_q + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-        kernel = module.get_function("naive_attention")
-        kernel((blocks,), (THREADS_PER_BLOCK,), (qa, ka, va, o, n_q, n_k, d, scale), **launch)
+        function = module.get_function(kernel)
+        function((blocks,), (THREADS_PER_BLOCK,), (qa, ka, va, o, n_q, n_k, d, scale), **launch)
     return torch.from_numpy(o).to(q.dtype)
 
 
@@ -271,9 +274,10 @@ def attention_function(module: RawModule, exercise: str | None = None, tiles: Ti
                        **launch: Any) -> Callable[..., Any]:
     """The attention function of ``module``'s step, launching with these options.
 
-    Lesson 01: ``fn(q, k, v, scale=None) -> o``; steps that write LSE return ``(o, lse)``; step 06 takes
-    ``causal=`` too. Unless ``exercise`` names the step, it is the one whose kernel the module defines,
-    and lesson 01 when there is no such step (the launch then says which kernel is missing).
+    One thread per row (lesson 01, and Metal's lesson 02): ``fn(q, k, v, scale=None) -> o``; steps that
+    write LSE return ``(o, lse)``; step 06 takes ``causal=`` too. Unless ``exercise`` names the step, it is
+    the one whose kernel the module defines, and lesson 01 when there is no such step (the launch then
+    says which kernel is missing).
     """
     if not isinstance(module, RawModule):
         raise CourseError(f"expected a compiled kernel module (from a %%cuda or %%metal cell, or "
@@ -284,7 +288,8 @@ def attention_function(module: RawModule, exercise: str | None = None, tiles: Ti
         except CourseError:
             exercise = "01.naive_metal" if module.language == "metal" else "01.naive_cuda"
     if STEPS[exercise].layout == "naive":
-        return lambda q, k, v, scale=None: naive_attention(module, q, k, v, scale, **launch)
+        kernel = STEPS[exercise].kernel
+        return lambda q, k, v, scale=None: naive_attention(module, q, k, v, scale, kernel=kernel, **launch)
     if STEPS[exercise].causal:
         return lambda q, k, v, causal=False, scale=None: forward(exercise, module, q, k, v, scale, causal, tiles,
                                                                  **launch)
@@ -297,6 +302,7 @@ def attention_function(module: RawModule, exercise: str | None = None, tiles: Ti
 
 # Tiles for the checked launches: small, so that small cases (fast under memcheck + racecheck)
 # still cross several K/V tiles, a ragged last tile and, for step 06, a diagonal that spans tiles.
+# The one-thread-per-row steps (layout "naive") have no tiles.
 GRADING_TILES: dict[str, Tiles] = {
     "02.online_softmax_cuda": Tiles(block_m=2),
     "03.tiled_cuda": Tiles(block_m=4, block_n=32),
@@ -339,7 +345,7 @@ def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | No
     checked_cases = default_checked if checked_cases is None else list(checked_cases)
     plain_cases = default_plain if plain_cases is None else list(plain_cases)
     options = dict(with_lse=step.writes_lse, pass_causal=step.causal)
-    grading = attention_function(module, exercise, tiles or GRADING_TILES[exercise], **GRADING_LAUNCH)
+    grading = attention_function(module, exercise, tiles or GRADING_TILES.get(exercise), **GRADING_LAUNCH)
     tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
     report = check_attention(exercise, grading, checked_cases, tier=tier, **options)
     if plain_cases:

@@ -1,5 +1,8 @@
 """The Metal track (kernels/metal/03-07): one launch description, two places to run it.
 
+Lessons 01 and 02 of Metal (one thread per query row, no threadgroup memory) launch exactly like CUDA's
+lesson 01, through ``course.tracks.cuda`` (``STEPS["02.online_softmax_metal"]`` there).
+
     module = module_for("03.tiled_metal")                       # kernels/metal/03_tiled.metal
     o, lse = tiled_forward(module, q, k, v, causal=True)         # on the CPU runtime
     o, lse = tiled_forward(module, q, k, v, device="gpu")        # on a Mac's GPU (PyObjC)
@@ -168,7 +171,8 @@ class MetalStep:
 STEPS: dict[str, MetalStep] = {
     row.id: MetalStep(row.id, row.kernel_file, row.entry, row.options["defines"], row.options.get("d_multiple", 1),
                       row.options.get("half_inputs", False))
-    for row in exercises(track="metal") if row.lesson != "01"}  # lesson 01 launches like CUDA's (course.tracks.cuda)
+    for row in exercises(track="metal")
+    if row.options.get("layout") != "naive"}  # one thread per row (01, 02) launches like CUDA's 01 (course.tracks.cuda)
 
 # Tiles tried in order when none are given: the first that fits 32 KiB of threadgroup memory at this D.
 _DEFAULT_TILES = {

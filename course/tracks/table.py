@@ -92,15 +92,18 @@ def _m(lesson, step, kernels, variant="", **options):
 _BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
 
 # Forward steps of CUDA C: `layout` names how the launcher sizes the grid and shared memory
-# (course.tracks.cuda.forward_config), `tiles` the default (block_m, block_n).
+# (course.tracks.cuda.forward_config), `tiles` the default (block_m, block_n). `layout="naive"` is one
+# thread per query row (lessons 01 and 02 of Metal too): course.tracks.cuda launches those.
 # Metal steps: `defines` are the #define'd numbers the launcher reads from the file itself.
 EXERCISES: tuple[KernelExercise, ...] = (
     _t("01", "naive", "naive_attention"),
     _c("01", "naive", "naive_attention", layout="naive"),
-    _m("01", "naive", "naive_attention"),
+    _m("01", "naive", "naive_attention", layout="naive"),
     _t("02", "online_softmax", "online_softmax"),
     _t("02", "online_softmax", "merge", variant="merge", shared_file=True),
+    _t("02", "online_softmax", "online_attention", variant="attention", shared_file=True),
     _c("02", "online_softmax", "warp_attention", layout="warp_per_row", tiles=(4, 0)),
+    _m("02", "online_softmax", "online_attention", layout="naive"),
     _t("03", "tiled", "tiled_attention"),
     _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True),
     _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N")),

@@ -1,8 +1,9 @@
 // Step 02 · one warp per query row: the online softmax, 32 keys at a time.
 //
-// What changed from 01: a query row is no longer one thread's job but one warp's (32 threads that
-// execute together and can read each other's registers through shuffles). The warp walks the keys
-// in chunks of 32 and splits the work two ways:
+// What changed from 01: 01's two passes over the keys (the row max, then l and acc against it) become
+// one sweep, the online softmax, and a query row is no longer one thread's job but one warp's (32
+// threads that execute together and can read each other's registers through shuffles). The warp walks
+// the keys in chunks of 32 and splits the work two ways:
 //   * scores: lane j takes key j of the chunk and computes its whole dot product q·k_j;
 //   * output: lane i owns columns i, i + 32, i + 64, i + 96 of the row's accumulator, so a row of
 //     up to MAX_HEAD_DIM = 128 columns is 4 registers per lane instead of 128 floats in one thread
@@ -13,7 +14,8 @@
 //   p_j      = exp(s_j - m_new)                (lane j, its own key)
 //   l        = l * exp(m - m_new) + sum_j p_j  (__shfl_xor_sync butterfly for the sum)
 //   acc[c]   = acc[c] * exp(m - m_new) + sum_j p_j * v_j[c]   (p_j handed to every lane by __shfl_sync)
-// so the rescale by exp(m - m_new) happens once per 32 keys, not once per key.
+// so the rescale by exp(m - m_new) happens once per 32 keys (one thread per row would do it per key).
+// K is read once per row instead of twice.
 //
 // Why a butterfly: after `x = op(x, shfl_xor(x, 16))` lanes j and j^16 hold the same value; after
 // offsets 8, 4, 2, 1 all 32 lanes hold the reduction of all 32, with no lane left out (a tree

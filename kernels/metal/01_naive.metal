@@ -1,13 +1,13 @@
-// Lesson 01 · naive attention in Metal: one thread per query row.
+// Lesson 01 · naive attention in Metal: one thread per query row, the textbook softmax.
 //
 // The same algorithm as kernels/cuda/01_naive.cu, in Metal's words: a thread's index in the whole
 // dispatch arrives as a parameter marked [[thread_position_in_grid]] (CUDA computes it from blockIdx,
 // blockDim and threadIdx), buffers are `device` pointers bound to [[buffer(n)]] slots, and sizes come
-// in as `constant` references. Each thread keeps the online-softmax state of its row:
-//   m    the largest score seen so far,
-//   l    the sum of exp(score - m) so far,
-//   acc  the sum of exp(score - m) * v_j so far (D floats in thread memory),
-// rescaling l and acc by exp(m_old - m_new) whenever the maximum grows; at the end O_row = acc / l.
+// in as `constant` references. Each thread makes the two sweeps over the keys of a safe softmax:
+//   pass 1   m = max_j s_j, where s_j = scale * (q_row . k_j),
+//   pass 2   with m fixed: l = sum_j exp(s_j - m) and acc = sum_j exp(s_j - m) * v_j (D floats in
+//            thread memory), with no rescaling, since m no longer changes,
+// and writes O_row = acc / l. K is read twice and V once per row; lesson 02 fuses the two passes.
 //
 // Layout: Q (n_q, d), K and V (n_k, d), O (n_q, d), row-major float32; the launcher checks
 // d <= MAX_HEAD_DIM.
@@ -36,24 +36,27 @@ kernel void naive_attention(device const float* q [[buffer(0)]],
     float acc[MAX_HEAD_DIM];
     for (uint c = 0; c < d; ++c) acc[c] = 0.0f;
 
-    // region: online_softmax_update
+    // region: two_passes
     // BEGIN SOLUTION
+    // Pass 1: the largest scaled score of the row.
+    for (uint j = 0; j < n_k; ++j) {
+        device const float* k_row = k + j * d;
+        float dot = 0.0f;
+        for (uint c = 0; c < d; ++c) dot += q_row[c] * k_row[c];
+        m = max(m, dot * scale);
+    }
+    // Pass 2: m is final, so every weight is final too; add them up, and the rows of V they weigh.
     for (uint j = 0; j < n_k; ++j) {
         device const float* k_row = k + j * d;
         float score = 0.0f;
         for (uint c = 0; c < d; ++c) score += q_row[c] * k_row[c];
-        score *= scale;
-        const float m_new = max(m, score);
-        const float correction = exp(m - m_new);  // 0 on the first key, where m = -inf
-        const float p = exp(score - m_new);
+        const float p = exp(score * scale - m);  // in (0, 1]
         device const float* v_row = v + j * d;
-        l = l * correction + p;
-        for (uint c = 0; c < d; ++c) acc[c] = acc[c] * correction + p * v_row[c];
-        m = m_new;
+        l += p;
+        for (uint c = 0; c < d; ++c) acc[c] += p * v_row[c];
     }
-    // END SOLUTION
-    // endregion: online_softmax_update
-
     device float* o_row = o + row * d;
     for (uint c = 0; c < d; ++c) o_row[c] = acc[c] / l;
+    // END SOLUTION
+    // endregion: two_passes
 }

@@ -1,14 +1,21 @@
-# Lesson 01 · naive attention in Triton: one program per query row.
+# Lesson 01 · naive attention in Triton: one program per query row, the textbook softmax.
 #
-# Program i owns query row i. It walks over every key j, one at a time, reading k_j and v_j
-# straight from global memory, and keeps three running values for its row:
-#   m    the largest score seen so far          (so exp() never overflows)
-#   l    the sum of exp(score - m) so far       (the softmax denominator)
-#   acc  the sum of exp(score - m) * v_j so far (the numerator, a D-vector)
-# When a larger score arrives, everything accumulated so far was measured against the old max,
-# so l and acc are multiplied by exp(m_old - m_new) before the new key is added. At the end,
-# O_i = acc / l. Nothing of size N×N is ever stored, but every program re-reads all of K and V:
-# that global-memory traffic is what lessons 02-04 remove.
+# Program i owns query row i and computes O_i = softmax(scale · q_i Kᵀ) V with the two sweeps over the
+# keys that the definition of a safe softmax asks for:
+#   pass 1   m = max_j s_j, where s_j = scale · (q_i · k_j)    (the row max, so no exp() can overflow)
+#   pass 2   with m fixed:  l = Σ_j exp(s_j - m)                (the softmax denominator)
+#                           acc = Σ_j exp(s_j - m) · v_j        (the numerator, a D-vector)
+#   O_i = acc / l
+# Because m is already the true row max in pass 2, every weight exp(s_j - m) is final the moment it is
+# computed: l and acc only ever grow, nothing is rescaled. The scores are computed twice (once per pass)
+# instead of being kept: a row of N scores would not fit in a program's registers for long rows, and
+# nothing of size N×N is ever stored.
+#
+# Keys are walked BLOCK_N at a time: k is a [BLOCK_N, BLOCK_D] tile, and one multiply and one sum
+# along D give BLOCK_N scores at once. Keys past the end of K are masked: their score is -inf, so
+# they add exp(-inf) = 0 to l and acc. Every program still reads all of K twice and all of V once
+# from global memory; lesson 02 fuses the two passes into one, and lessons 03-04 share K and V tiles
+# between the rows of a block.
 #
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 01 --track triton
@@ -22,30 +29,48 @@ def naive_attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,       # Q (Nq, D), K and V (Nk, D), O (Nq, D), row-major
     n_keys, head_dim, scale,          # Nk, D, and the softmax scale (usually 1/sqrt(D))
     stride_q, stride_k, stride_v, stride_o,  # elements between consecutive rows
+    BLOCK_N: tl.constexpr,            # keys per step of each pass
     BLOCK_D: tl.constexpr,            # D rounded up to a power of two (Triton's vectors need one)
 ):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     in_row = cols < head_dim          # lanes past D are masked off in every load and store
     q = tl.load(q_ptr + row * stride_q + cols, mask=in_row, other=0.0).to(tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
 
     m = tl.full([], float("-inf"), tl.float32)
     l = tl.zeros([], tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)
+    # region: two_passes
     # BEGIN SOLUTION
-    for j in range(0, n_keys):
-        k = tl.load(k_ptr + j * stride_k + cols, mask=in_row, other=0.0).to(tl.float32)
-        score = tl.sum(q * k, axis=0) * scale
-        m_new = tl.maximum(m, score)
-        correction = tl.exp(m - m_new)  # rescales what was summed against the old max (exp(-inf) = 0 at j = 0)
-        p = tl.exp(score - m_new)
-        v = tl.load(v_ptr + j * stride_v + cols, mask=in_row, other=0.0).to(tl.float32)
-        l = l * correction + p
-        acc = acc * correction + p * v
-        m = m_new
-    # END SOLUTION
+    # Pass 1: the largest scaled score of the row.
+    for start in range(0, n_keys, BLOCK_N):
+        keys = start + offs_n
+        key_ok = keys < n_keys
+        k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :],
+                    mask=key_ok[:, None] & in_row[None, :], other=0.0).to(tl.float32)
+        s = tl.sum(q[None, :] * k, axis=1) * scale
+        s = tl.where(key_ok, s, float("-inf"))   # keys past the end never win the max
+        m = tl.maximum(m, tl.max(s, axis=0))
+    # Pass 2: m is final, so every weight is final too; add them up, and the rows of V they weigh.
+    for start in range(0, n_keys, BLOCK_N):
+        keys = start + offs_n
+        key_ok = keys < n_keys
+        tile = key_ok[:, None] & in_row[None, :]
+        k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        scores = tl.sum(q[None, :] * k, axis=1) * scale
+        scores = tl.where(key_ok, scores, float("-inf"))
+        p = tl.exp(scores - m)                   # in (0, 1]; 0 for keys past the end
+        v = tl.load(v_ptr + keys[:, None] * stride_v + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        l += tl.sum(p, axis=0)
+        acc += tl.sum(p[:, None] * v, axis=0)
     out = acc / l
+    # END SOLUTION
+    # endregion: two_passes
     tl.store(o_ptr + row * stride_o + cols, out.to(o_ptr.dtype.element_ty), mask=in_row)
+
+
+BLOCK_KEYS = 32  # keys per step: large enough to use a GPU's lanes, small enough to stay in registers at D = 128
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -63,6 +88,6 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     naive_attention_kernel[(n_q,)](
         q, k, v, o, k.shape[0], d, scale,
         q.stride(0), k.stride(0), v.stride(0), o.stride(0),
-        BLOCK_D=triton.next_power_of_2(d),
+        BLOCK_N=BLOCK_KEYS, BLOCK_D=triton.next_power_of_2(d),
     )
     return o

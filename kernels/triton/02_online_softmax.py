@@ -5,8 +5,14 @@
 # The textbook way reads the row three times (max, then sum, then normalise). The online way
 # finds m and l together in one sweep: it keeps a running pair (m, l) and, when a block of the row
 # holds a larger value, rescales the l it already has by exp(m_old - m_new) before adding the new
-# block's terms. Lesson 01 did the same thing one key at a time; here it is a block at a time, so a
-# row of any length streams through a fixed-size window of BLOCK columns.
+# block's terms. A row of any length streams through a fixed-size window of BLOCK columns.
+#
+# The same trick turns lesson 01's attention kernel from two passes over K into one (online_attention
+# below). Lesson 01 first found the row max m, then summed l and acc = Σ exp(s_j - m) · v_j against
+# that final m. Here one sweep keeps (m, l, acc) for the keys seen so far; when a block of keys raises
+# the max to m_new, the l and acc summed so far were measured against the old max, so both are
+# multiplied by exp(m - m_new) before the block's own terms are added. At the end O = acc / l, exactly
+# as before, but K is read once instead of twice.
 #
 # The pair (m, l) is a *summary* of a set of numbers: it stands for the quantity l · exp(m), which
 # is Σ exp(x_j) over that set (m + log l is the set's log-sum-exp). Two summaries of disjoint sets
@@ -17,6 +23,8 @@
 #
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 02 --track triton
+
+# region: online_softmax
 import math
 
 import torch
@@ -171,3 +179,73 @@ def merge(m_a: torch.Tensor, l_a: torch.Tensor, m_b: torch.Tensor, l_b: torch.Te
         block = 1024
         merge_kernel[(triton.cdiv(n, block),)](*flat, m, l, n, BLOCK=block)
     return m.reshape(m_a.shape), l.reshape(m_a.shape)
+# endregion: online_softmax
+
+
+# region: online_attention
+BLOCK_KEYS = 32   # keys per online step of online_attention
+
+
+@triton.jit
+def online_attention_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr,       # Q (Nq, D), K and V (Nk, D), O (Nq, D), row-major
+    n_keys, head_dim, scale,          # Nk, D, and the softmax scale
+    stride_q, stride_k, stride_v, stride_o,
+    BLOCK_N: tl.constexpr,            # keys per online step
+    BLOCK_D: tl.constexpr,            # D rounded up to a power of two
+):
+    # One program per query row, as in lesson 01, but a single sweep over the keys.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_D)
+    in_row = cols < head_dim
+    q = tl.load(q_ptr + row * stride_q + cols, mask=in_row, other=0.0).to(tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    m = tl.full([], float("-inf"), tl.float32)  # nothing seen yet
+    l = tl.zeros([], tl.float32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for start in range(0, n_keys, BLOCK_N):
+        keys = start + offs_n
+        key_ok = keys < n_keys
+        tile = key_ok[:, None] & in_row[None, :]
+        k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + keys[:, None] * stride_v + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        s = tl.sum(q[None, :] * k, axis=1) * scale
+        s = tl.where(key_ok, s, float("-inf"))  # keys past the end weigh exp(-inf) = 0
+        # region: online_attention_update
+        # BEGIN SOLUTION
+        m_new = tl.maximum(m, tl.max(s, axis=0))  # finite: every block holds at least one real key
+        alpha = tl.exp(m - m_new)                 # what the old terms shrink by; 0 on the first block
+        p = tl.exp(s - m_new)
+        l = l * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+        m = m_new  # from here on, l and acc are measured against m_new
+        # END SOLUTION
+        # endregion: online_attention_update
+    out = acc / l
+    tl.store(o_ptr + row * stride_o + cols, out.to(o_ptr.dtype.element_ty), mask=in_row)
+
+
+def online_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """softmax(scale · Q Kᵀ) V for Q (Nq, D) and K, V (Nk, D): one program per query row, one sweep over K and V."""
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        raise ValueError("online_attention takes torch.Tensors q, k, v")
+    if q.dim() != 2 or k.dim() != 2 or v.dim() != 2:
+        raise ValueError(f"online_attention takes (N, D) matrices; got shapes {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if k.shape != v.shape or q.shape[1] != k.shape[1]:
+        raise ValueError(f"need Q (Nq, D) and K, V (Nk, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape[0] == 0:
+        raise ValueError("attention over zero keys is undefined")
+    n_q, d = q.shape
+    scale = d ** -0.5 if scale is None else scale
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o = torch.empty_like(q)
+    if n_q:
+        online_attention_kernel[(n_q,)](
+            q, k, v, o, k.shape[0], d, scale,
+            q.stride(0), k.stride(0), v.stride(0), o.stride(0),
+            BLOCK_N=BLOCK_KEYS, BLOCK_D=triton.next_power_of_2(d),
+        )
+    return o
+# endregion: online_attention

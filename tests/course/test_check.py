@@ -31,9 +31,10 @@ def test_correct_attention_passes(capsys):
 @pytest.mark.parametrize("wrong,expected_hint", [
     (lambda q, k, v, scale=None: torch.zeros_like(q), "all zeros"),
     (lambda q, k, v, scale=None: v.mean(0, keepdim=True).expand_as(q), "mean of V"),
-    (lambda q, k, v, scale=None: torch.softmax(q @ k.T, -1) @ v, "without the 1/sqrt(D) scale"),
+    (lambda q, k, v, scale=None: torch.softmax(q @ k.T, -1) @ v, "without the scale (1/sqrt(D)"),
     (lambda q, k, v, scale=None: (torch.exp(q @ k.T / math.sqrt(q.shape[-1]))
-                                  / torch.exp(q @ k.T / math.sqrt(q.shape[-1])).sum(-1, keepdim=True)) @ v, "overflows"),
+                                  / torch.exp(q @ k.T / math.sqrt(q.shape[-1])).sum(-1, keepdim=True)) @ v,
+     "exp() leaves float32's range"),
     (lambda q, k, v, scale=None: torch.roll(good_attention(q, k, v, scale), 1, dims=0), "off-by-one"),
 ])
 def test_wrong_attention_gets_a_specific_hint(wrong, expected_hint):
@@ -83,24 +84,9 @@ def test_budget_scales_with_precision():
     assert err <= b16.allowed and err > b32.allowed
 
 
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda n_q, n_k, d: 2 * n_q * n_k * d, "both matmuls"),
-    (lambda n_q, n_k, d: n_q * n_k * d, "multiply-add is 2 FLOPs"),
-    (lambda n_q, n_k, d: 4 * n_q * n_k * d * d, "linearly in D"),
-    (lambda n_q, n_k, d: 4 * n_q * n_q * d, "Nq × Nk"),
-])
-def test_flop_count_hints(wrong, hint):
-    assert hint in failure(wrong, "00.attention_flops")
-
-
-def test_byte_count_hints():
-    def elements(n, d, dtype):
-        return n * (d + 2 * n * d)
-    assert "element size" in failure(elements, "01.naive_bytes_read")
-
-    def no_q(n, d, dtype):
-        return n * 2 * n * d * torch.empty((), dtype=dtype).element_size()
-    assert "query row" in failure(no_q, "01.naive_bytes_read")
+def test_number_checks_fail_and_say_what_came_back():
+    """The hints of the number exercises are tested in test_hints.py; here: wrong values fail, odd ones are named."""
+    assert "returned 2, expected 4" in failure(lambda n_q, n_k, d: 2 * n_q * n_k * d, "00.attention_flops")
 
     def returns_text(n, d, dtype):
         return "a lot"

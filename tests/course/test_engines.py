@@ -45,7 +45,7 @@ def test_right_answers_pass():
 
 @pytest.mark.parametrize("wrong, message", [
     (lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), "NaN in 17 of 17 rows"),
-    (lambda x: torch.softmax(x, dim=-1) * 1.01, "do not sum to 1"),
+    (lambda x: torch.softmax(x, dim=-1) * 1.3, r"rows sum to 1.3, 1.3, 1.3, …, not 1"),
     (lambda x: torch.softmax(x[..., :-1], dim=-1), "shape"),
 ])
 def test_softmax_mistakes_fail(wrong, message):
@@ -70,7 +70,7 @@ def test_merge_mistakes_fail():
 
 def test_lse_mistakes_fail():
     log2 = lambda *a, **kw: (forward(*a, **kw)[0], forward(*a, **kw)[1] * 1.4426950408889634)  # noqa: E731
-    with pytest.raises(CheckFailed, match="natural-log units"):
+    with pytest.raises(CheckFailed, match="base-2 units"):
         check_attention("t", log2, LSE_CASES, with_lse=True, pass_causal=True)
     zero_not_inf = lambda *a, **kw: (forward(*a, **kw)[0], forward(*a, **kw)[1].nan_to_num(neginf=0.0))  # noqa: E731
     with pytest.raises(CheckFailed, match="should be -inf"):
@@ -88,7 +88,7 @@ def test_gradient_mistakes_fail_and_name_the_gradient():
         dq, dk, dv = backward(q, k, v, o, lse, do, causal, scale)
         return dq, dk / scale, dv
 
-    with pytest.raises(CheckFailed, match="wrong dq(.|\n)*hint: dK and dV are right"):
+    with pytest.raises(CheckFailed, match="wrong dq(.|\n)*dk and dv are right(.|\n)*hint: dq is all zeros"):
         check_backward("t", no_dq, GRAD_CASES)
     with pytest.raises(CheckFailed, match="wrong dk"):
         check_backward("t", dk_unscaled, GRAD_CASES)

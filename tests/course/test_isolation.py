@@ -59,3 +59,16 @@ def test_the_child_works_after_the_parent_used_torch_threads():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_only_a_memory_fault_gets_the_out_of_bounds_hint():
+    """A segfault is evidence of memory outside a tensor; an abort or an exit says nothing of the kind."""
+    def segfault():
+        ctypes.string_at(0)
+    with pytest.raises(CheckFailed) as info:
+        run_isolated(segfault, "demo")
+    assert "hint: the process touched memory it does not own" in str(info.value)
+    for ending in (os.abort, lambda: os._exit(3)):
+        with pytest.raises(CheckFailed) as info:
+            run_isolated(ending, "demo")
+        assert "your kernel" in str(info.value) and "hint:" not in str(info.value), str(info.value)

@@ -20,7 +20,8 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder.kernel_polling import poll_shell_in_slices
-from autograder.corpora.wrong import WrongSolution, corpus, exercise_of, make_submission, packs
+from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exercise_of, hint_problem, make_submission,
+                                      packs, student_notebook, track_groups)
 from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
 
 ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
@@ -39,7 +40,7 @@ def test_corpus_covers_every_exercise_with_three_mistakes(repo):
     for assignment in ASSIGNMENTS:
         nb = nbformat.read(_solution(repo, assignment), as_version=4)
         exercises = {_grade_id(c) for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
-        counts = {e: sum(1 for w in corpus(assignment) if w.cell == e) for e in exercises}
+        counts = {e: sum(1 for w in corpus(assignment) if w.cell == e) for e in exercises}  # every track too
         assert all(n >= 3 for n in counts.values()), counts
 
 
@@ -61,8 +62,14 @@ def _failed(cell) -> bool:
     return any(out.output_type == "error" for out in cell.get("outputs", []))
 
 
-def _survivors(repo: Path, assignment: str, entries: list[WrongSolution]) -> list[str]:
-    """The entries whose exercise tests all pass with the wrong answer in place of the honest one."""
+def _message(cell) -> str:
+    """The failure message a failed cell shows (a CheckFailed's whole text)."""
+    return next((out.evalue for out in cell.get("outputs", []) if out.output_type == "error"), "")
+
+
+def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints: list[str] | None = None) -> list[str]:
+    """The entries whose exercise tests all pass with the wrong answer in place of the honest one; with
+    ``hints``, also each entry whose first failure's hint line is not the one it declares."""
     path = _solution(repo, assignment)
     nb = nbformat.read(path, as_version=4)
     # Limits per cell leave room for a loaded machine (a lesson-01 cell takes seconds alone).
@@ -81,31 +88,44 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution]) -> lis
             if cell.cell_type == "code":
                 client.execute_cell(cell, i)
                 assert not _failed(cell), f"the honest notebook fails at cell {i}: {cell.outputs}"
+        groups = track_groups(path)
+        handed_out = {_grade_id(c): c.source for c in nbformat.read(student_notebook(path), as_version=4).cells}
         for wrong in entries:
             index, honest = by_id[wrong.cell]
+            # The other tracks of a track group hold their stubs: a learner who studies this entry's track.
+            siblings = [c for c, g in groups.items() if g == groups.get(wrong.cell) and c != wrong.cell]
+            for sibling in siblings:
+                client.execute_cell(nbformat.v4.new_code_cell(handed_out[sibling]), by_id[sibling][0])
             trial = nbformat.v4.new_code_cell(wrong.apply(honest.source))
             client.execute_cell(trial, index)
             # An edit that breaks Python's syntax would lose points to the parser, not to the check.
             broken = [o.ename for o in trial.outputs if o.output_type == "error" and o.ename in PARSER_ERRORS]
             assert not broken, f"{wrong.student_id}: the wrong answer is not valid Python ({broken[0]})"
             failed = False
-            for j, test in tests_of[wrong.cell]:
+            for j, test in tests_of[exercise_key(wrong, groups)]:
                 probe = nbformat.v4.new_code_cell(test.source)
                 client.execute_cell(probe, j)
+                if _failed(probe) and not failed and hints is not None:  # the message the learner reads first
+                    problem = hint_problem(wrong.hint, _message(probe))
+                    if problem:
+                        hints.append(f"{wrong.student_id}: {problem}")
                 failed = failed or _failed(probe)
             if not failed:
                 survivors.append(f"{wrong.student_id} ({wrong.mistake})")
-            restored = nbformat.v4.new_code_cell(honest.source)
-            client.execute_cell(restored, index)
-            assert not _failed(restored), f"the honest {wrong.cell} no longer runs after {wrong.student_id}"
+            for cell_id in [wrong.cell, *siblings]:
+                restored = nbformat.v4.new_code_cell(by_id[cell_id][1].source)
+                client.execute_cell(restored, by_id[cell_id][0])
+                assert not _failed(restored), f"the honest {cell_id} no longer runs after {wrong.student_id}"
     return survivors
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_each_wrong_solution_fails_its_own_tests(repo, assignment):
-    survivors = _survivors(repo, assignment, corpus(assignment))
+    hints: list[str] = []
+    survivors = _survivors(repo, assignment, corpus(assignment), hints)
     assert not survivors, "wrong solutions that passed their exercise's tests:\n" + "\n".join(survivors)
+    assert not hints, "wrong solutions whose hint is not the one they declare:\n" + "\n\n".join(hints)
 
 
 @pytest.mark.slow
@@ -146,14 +166,17 @@ def test_grader_takes_points_from_every_pack(repo, tmp_path, assignment):
     kept = []
     for n, pack in enumerate(dealt):
         result = results[f"pack-{n}"]
-        wrong_cells = {w.cell: w for w in pack}
+        groups = track_groups(solution)
+        wrong_cells: dict[str, list] = {}
+        for w in pack:
+            wrong_cells.setdefault(exercise_key(w, groups), []).append(w)
         for exercise in {exercise_of(c) for c in honest.cells}:
             own = {c: pts for c, pts in result.cells.items() if exercise_of(c) == exercise}
             full = sum(honest.cells[c] for c in own)
             if exercise in wrong_cells:
                 if sum(own.values()) >= full:
-                    w = wrong_cells[exercise]
-                    kept.append(f"pack-{n}: {w.student_id} ({w.mistake}) kept {own}")
+                    names = ", ".join(f"{w.student_id} ({w.mistake})" for w in wrong_cells[exercise])
+                    kept.append(f"pack-{n}: {names} kept {own}")
             else:  # an exercise answered right keeps its points beside the wrong ones
                 assert own == {c: honest.cells[c] for c in own}, (f"pack-{n}", exercise, own)
     assert not kept, "wrong solutions that kept their points under nbgrader:\n" + "\n".join(kept)

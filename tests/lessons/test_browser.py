@@ -1,6 +1,13 @@
-"""Lesson 01 in a real browser: JupyterLab serves the instructor notebook, headless Chromium runs
-every cell from the Run menu, and the test checks what a learner would see: no errors or stderr,
-a working slider, a plot that redraws when the slider moves.
+"""Lessons 00-02 in a real browser, as a learner meets them: JupyterLab serves the notebooks, headless
+Chromium runs every cell from the Run menu, and the tests check what a learner would see.
+
+- the instructor notebook of lesson 01 runs clean: no errors or stderr, a slider that redraws its plot;
+- each fresh student notebook (every answer still a stub) runs to its last cell: every widget renders,
+  each test cell fails in red with "not implemented yet" and no traceback, and a demonstration that
+  needs an unfinished exercise says so in one sentence;
+- stale and wrong answers: a cell that stops compiling or parsing after a good run leaves nothing to
+  grade (the check says which cell failed), a wrong answer gets its evidence-based hint, and the case
+  with an explicit scale names the scale.
 
 The notebook is copied into a temporary server root, so its outputs never land in the repository.
 The screenshot is kept in test-output/browser/ for a human to look at.
@@ -21,6 +28,8 @@ from browser_support import (
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LESSON01 = REPO / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb"
+STUDENT = {lesson: REPO / "notebooks" / lesson / f"{lesson}.ipynb"
+           for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax")}
 RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the rest is headroom
 
 
@@ -157,3 +166,90 @@ def test_error_and_stderr_outputs_are_reported(lab, page, tmp_path):
         # request and the kernel aborting its queue, so nothing here depends on it.
         with pytest.raises(AssertionError, match=r"cell 3 \('1 / 0'\) raised an error"):
             assert_clean_run(cells)
+
+
+def _grade_id(cell) -> str:
+    return cell.metadata.get("nbgrader", {}).get("grade_id", "")
+
+
+def _is_test(cell) -> bool:
+    meta = cell.metadata.get("nbgrader", {})
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _visible_text(cell_report) -> str:
+    return "\n".join(text for _, text in cell_report.problems)
+
+
+@pytest.mark.parametrize("lesson", sorted(STUDENT))
+def test_fresh_student_notebook_runs_all_to_the_end(lab, page, lesson):
+    """Run All on the notebook as handed out: nothing stops it, every widget renders, every failure is a sentence."""
+    from playwright.sync_api import expect
+
+    source = STUDENT[lesson]
+    nb = nbformat.read(source, as_version=4)
+    with report_on_failure(page, lab, f"student-{lesson}-failure.png"):
+        cells = run_notebook(page, lab, source, f"student-{lesson}.ipynb")
+        not_run = [f"cell {c.number} ({c.first_line!r})" for c in cells if c.code and not c.executed]
+        assert not not_run, "Run All stopped before these cells: " + ", ".join(not_run)
+        for cell, report in zip(nb.cells, cells):
+            text = _visible_text(report)
+            assert "site-packages" not in text and "Warning" not in text, report.describe()
+            if _is_test(cell):
+                # a graded test cell on a stub: red, short, and it says why
+                assert report.problems, f"test cell {report.number} passed on a stub"
+                assert "not implemented yet" in text and "Traceback" not in text, report.describe()
+                assert len(text.strip().splitlines()) <= 8, report.describe()
+            elif cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("solution") and report.problems:
+                # a demonstration that needs an unfinished exercise: one sentence, no traceback
+                assert "not finished yet" in text and "Traceback" not in text, report.describe()
+                assert len(text.strip().splitlines()) <= 2, report.describe()
+        widget_cells = [i for i, c in enumerate(nb.cells) if "explorer()" in c.source]
+        assert widget_cells, "each lesson has a widget"
+        notebook_cells = page.locator(".jp-Notebook .jp-Cell")
+        for i in widget_cells:
+            expect(notebook_cells.nth(i).locator(".jupyter-widgets").first).to_be_visible()
+
+
+def _lesson01_mistakes() -> nbformat.NotebookNode:
+    """Lesson 01's student notebook with a learner's history appended: right answers that are then
+    broken (a parse error, a compile error), and wrong answers with a recognisable mistake."""
+    from course.kernels import read_source
+
+    nb = nbformat.read(STUDENT["01_naive_attention"], as_version=4)
+    setup = next(c for c in nb.cells if _grade_id(c) == "setup")
+    right_torch = ("def attention_torch(q, k, v, scale=None):\n"
+                   "    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale\n"
+                   "    return torch.softmax((q @ k.T) * scale, dim=-1) @ v\n")
+    right_cuda = "%%cuda naive_cuda\n" + read_source("kernels/cuda/01_naive.cu")
+    steps = [
+        right_torch,
+        'course.check("01.attention_torch", attention_torch)',                       # 2: passes
+        "def attention_torch(q, k, v, scale=None)\n    return q\n",                  # 3: does not parse
+        'course.check("01.attention_torch", attention_torch)',                       # 4: says the cell failed
+        right_cuda,                                                                  # 5: compiles
+        right_cuda.replace("if (row >= n_q) return;", "if (row >= n_q) return"),     # 6: does not compile
+        'course.check_tracks("01.naive", cuda=naive_cuda)',                          # 7: says it did not compile
+        "def attention_torch(q, k, v, scale=None):\n"                                # 8: forgets the scale
+        "    return torch.softmax(q @ k.T, dim=-1) @ v\n",
+        'course.check("01.attention_torch", attention_torch)',                       # 9: hint names the scale
+        "def attention_torch(q, k, v, scale=None):\n"                                # 10: ignores a given scale
+        "    return torch.softmax((q @ k.T) / math.sqrt(q.shape[-1]), dim=-1) @ v\n",
+        'course.check("01.attention_torch", attention_torch)',                       # 11: the case names scale=
+    ]
+    nb.cells = [setup] + [new_code_cell(text, metadata={"tags": ["raises-exception"]}) for text in steps]
+    return nb
+
+
+def test_stale_and_wrong_answers_say_what_happened(lab, page, tmp_path):
+    notebook = tmp_path / "mistakes.ipynb"
+    nbformat.write(_lesson01_mistakes(), notebook)
+    with report_on_failure(page, lab, "mistakes-failure.png"):
+        cells = run_notebook(page, lab, notebook, "mistakes.ipynb")
+        assert all(c.executed for c in cells if c.code), [c.prompt for c in cells]
+        text = {c.number: _visible_text(c) for c in cells}
+        assert not cells[2].problems, text[3]
+        assert "`attention_torch` is not defined: the cell that defines it failed (SyntaxError at line 1" in text[5]
+        assert "did not compile" in text[8] and "Traceback" not in text[8], text[8]
+        assert "hint:" in text[10] and "scale" in text[10].split("hint:")[1], text[10]
+        assert "scale=0.5" in text[12], text[12]

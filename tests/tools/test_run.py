@@ -31,7 +31,10 @@ def test_a_wrong_kernel_fails_the_run(monkeypatch):
 def test_variants_and_missing_steps():
     assert [r.id for r in run.select("7", "cuda")] == ["07.backward_atomic_cuda", "07.backward_split_cuda"]
     assert [r.id for r in run.select("07", "metal", "split")] == ["07.backward_split_metal"]
-    with pytest.raises(ValueError, match="lesson 02 has no metal kernel; it has: --track cuda, --track triton"):
-        run.select("02", "metal")
+    assert [r.id for r in run.select("02", "metal")] == ["02.online_softmax_metal"]
+    assert [r.id for r in run.select("02", "triton")] == ["02.online_softmax_triton", "02.online_softmax_merge_triton",
+                                                          "02.online_softmax_attention_triton"]
+    with pytest.raises(ValueError, match="lesson 06 has no metal kernel; it has: --track cuda, --track triton"):
+        run.select("06", "metal")
     with pytest.raises(ValueError, match="lesson 09 has no kernel; the triton track has lessons 01, 02"):
         run.select("09", "triton")

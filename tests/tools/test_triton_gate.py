@@ -20,7 +20,7 @@ KERNELS = Path(triton_aot.KERNEL_DIR)
 # Every kernel a wrapper launches, per lesson (what a complete run must contain).
 EXPECTED_KERNELS = {
     "01_naive": {"naive_attention_kernel"},
-    "02_online_softmax": {"online_softmax_kernel", "partial_states_kernel", "merge_kernel"},
+    "02_online_softmax": {"online_softmax_kernel", "partial_states_kernel", "merge_kernel", "online_attention_kernel"},
     "03_tiled": {"tiled_attention_kernel"},
     "04_double_buffer": {"pipelined_attention_kernel"},
     "05_mma": {"tensor_core_attention_kernel"},

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.cuda_backward import WRONG_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
@@ -170,5 +171,7 @@ def test_every_wrong_kernel_fails_the_check(wrong):
         check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES)
     message = str(failure.value)
     assert re.search(wrong.expect, message), message
+    problem = hint_problem(wrong.hint, message)  # its hint line as declared (None: no hint line)
+    assert problem is None, problem
     if wrong.expect == r"data race":
         assert f"of {cuda_track.BACKWARD_FILES[wrong.kind].rsplit('/', 1)[1]}" in message  # names the learner's line

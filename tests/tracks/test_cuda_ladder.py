@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import course
+from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
@@ -218,6 +219,8 @@ def test_every_wrong_kernel_fails_for_its_reason(wrong):
     with pytest.raises(CheckFailed) as failure:
         wrong.grade()
     assert re.search(wrong.expect, str(failure.value)), str(failure.value)
+    problem = hint_problem(wrong.hint, str(failure.value))  # its hint line as declared (None: no hint line)
+    assert problem is None, problem
 
 
 # ------------------------------------------------------------------------------------------------

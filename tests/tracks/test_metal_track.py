@@ -1,4 +1,5 @@
-"""The Metal track (kernels/metal/03-07), graded on the CPU SIMT runtime.
+"""The Metal track (kernels/metal/03-07), graded on the CPU SIMT runtime (lessons 01 and 02, one thread
+per row, launch like CUDA's lesson 01: tests/tracks/test_simt_lesson01.py and test_lesson02_online_attention.py).
 
 Every step matches the float64 oracle within the error budget (O and LSE forward; dQ, dK, dV backward)
 on lengths that are multiples of no tile, head dims from 16 to 128, Nq != Nk both ways, causal (bottom-
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 import course
+from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
 from course.tracks import metal as metal_track
 from course.errors import CheckFailed, CourseError
@@ -28,6 +30,7 @@ from course.simt import RawKernel, RawModule
 from course.simt import gpu
 from course.simt.gpu import GpuUnavailable, metal_available
 from course.tracks.cuda import Tiles
+from course.tracks.table import exercise as table_row
 from track_support import backward_inputs
 
 ALL = list(STEPS)
@@ -318,7 +321,7 @@ def test_the_atomic_file_emulates_float_atomics_with_compare_and_swap():
 # ------------------------------------------------------------------------------------------------
 
 def test_the_corpus_covers_every_file_and_the_mistakes_that_matter():
-    for exercise in ALL:
+    for exercise in ALL + ["01.naive_metal", "02.online_softmax_metal"]:
         assert sum(w.exercise == exercise for w in WRONG_METAL_KERNELS) >= 3, exercise
     assert len({w.id for w in WRONG_METAL_KERNELS}) == len(WRONG_METAL_KERNELS)
     names = {w.id for w in WRONG_METAL_KERNELS}
@@ -326,7 +329,7 @@ def test_the_corpus_covers_every_file_and_the_mistakes_that_matter():
             "07.backward_atomic_metal:non-atomic-dq", "05.mma_metal:mask-off-by-one",
             "05.mma_metal:accumulator-not-rescaled"} <= names
     for wrong in WRONG_METAL_KERNELS:
-        text = read_source(STEPS[wrong.exercise].kernel_file)
+        text = read_source(table_row(wrong.exercise).kernel_file)
         for old, _ in wrong.edits:
             assert old in text, (wrong.id, old)
         assert wrong.checked == (wrong.expect in (r"data race",) or "out-of-bounds" in wrong.expect), wrong.id
@@ -338,5 +341,7 @@ def test_every_wrong_kernel_fails_its_check(wrong):
         wrong.grade()
     message = str(failure.value)
     assert re.search(wrong.expect, message), message
+    problem = hint_problem(wrong.hint, message)  # its hint line as declared (None: no hint line)
+    assert problem is None, problem
     if wrong.expect == r"data race":
-        assert f"of {STEPS[wrong.exercise].kernel_file.rsplit('/', 1)[1]}" in message  # names the learner's line
+        assert f"of {table_row(wrong.exercise).kernel_file.rsplit('/', 1)[1]}" in message  # names the learner's line

@@ -1,15 +1,21 @@
 """Lesson 01's CUDA C and Metal kernels, graded on the CPU SIMT runtime.
 
-The reference kernels pass the exercise checks; every entry of the wrong-solution corpus for them fails,
-and fails for its own reason (the unguarded kernel is caught by memcheck, not by a wrong number).
+The reference kernels (two passes over the keys: the row max, then l and acc against it) pass the
+exercise checks; every entry of the wrong-kernel corpora for them fails, and fails for its own reason
+(the unguarded kernel is caught by memcheck, not by a wrong number; pass 2 without the max by the
+overflow on peaky rows).
 """
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 import course
-from autograder.corpora.wrong import lesson01
+from autograder.corpora.wrong import hint_problem
+from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
+from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
 from course.errors import CheckFailed
@@ -36,26 +42,38 @@ def test_kernel_matches_the_oracle_in_every_mode(exercise):
         assert torch.allclose(out, want, atol=1e-5), launch
 
 
-def _wrong_entries(cell: str):
-    return [w for w in lesson01.WRONG if w.cell == cell]
+WRONG = [w for w in WRONG_CUDA_KERNELS + WRONG_METAL_KERNELS if w.exercise in EXERCISES]
 
 
-@pytest.mark.parametrize("wrong", _wrong_entries("naive_cuda") + _wrong_entries("naive_metal"),
-                         ids=lambda w: w.student_id)
+def test_the_corpora_cover_both_files_and_the_two_pass_mistakes():
+    for exercise in EXERCISES:
+        names = {w.name for w in WRONG if w.exercise == exercise}
+        assert {"unguarded-row", "pass2-without-max", "max-without-scale"} <= names, exercise
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=lambda w: w.id)
 def test_every_wrong_kernel_fails(wrong):
-    exercise = "01." + wrong.cell
-    step = cuda_track.STEPS[exercise]
-    text = wrong.apply(read_source(step.kernel_file))
-    try:
-        module = RawModule(code=text, language=step.language, name=step.kernel_file.rsplit("/", 1)[1])
-    except KernelCompileError as err:
-        assert wrong.name == "does-not-compile", err
-        assert "expected" in str(err)
-        return
+    """Graded as a learner's cell is: course.check on the compiled module, on a few small cases."""
     with pytest.raises(CheckFailed) as failure:
-        course.check(exercise, module, cases=SMALL)
+        course.check(wrong.exercise, wrong.module(), cases=SMALL)
+    message = str(failure.value)
+    assert re.search(wrong.expect, message), message
+    problem = hint_problem(wrong.hint, message)  # its hint line as declared (None: no hint line)
+    assert problem is None, problem
     if wrong.name == "unguarded-row":
-        assert "out-of-bounds read of `q`" in str(failure.value)
+        assert "out-of-bounds read of `q`" in message
+    if wrong.name == "pass2-without-max":  # the overflow shows on the peaky case
+        assert "peaky" in message.splitlines()[0], message
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_kernel_that_does_not_compile_says_where(exercise):
+    step = cuda_track.STEPS[exercise]
+    text = read_source(step.kernel_file)
+    broken = text.replace("l += p;", "l += p")
+    assert broken != text
+    with pytest.raises(KernelCompileError, match="expected"):
+        RawModule(code=broken, language=step.language, name=step.kernel_file.rsplit("/", 1)[1])
 
 
 def test_a_module_is_what_the_check_wants():

@@ -1,4 +1,5 @@
-"""The lesson-01 Triton kernel, run on this machine's tier, against the oracle with the error budget."""
+"""The lesson-01 Triton kernel (two passes over the keys, a block of keys per step), run on this machine's
+tier, against the oracle with the error budget."""
 from __future__ import annotations
 
 import pytest
@@ -30,16 +31,25 @@ def test_wrapper_rejects_bad_shapes_clearly(naive_module):
         naive_module.naive_attention(q, k[:0], v[:0])
 
 
-def test_a_kernel_without_rescale_fails(naive_module, tmp_path):
-    """The corpus in autograder/corpora/wrong is graded end to end elsewhere; this is the quick unit-level proof."""
-    from course.kernels import kernel_path
-    source = kernel_path("triton/01_naive").read_text().replace("correction = tl.exp(m - m_new)", "correction = 1.0")
-    path = tmp_path / "no_rescale.py"
-    path.write_text(source)
-    from course.kernels import load_triton_module
+def test_the_kernel_makes_two_passes_and_no_rescale(naive_module):
+    from course.kernels import read_region
+    region = read_region("triton/01_naive", "two_passes")
+    assert region.count("for start in range(0, n_keys, BLOCK_N):") == 2
+    assert "tl.exp(scores - m)" in region and "alpha" not in region and "m_new" not in region
+
+
+def test_pass_two_without_the_max_fails_on_peaky_rows(naive_module, tmp_path):
+    """The corpus in autograder/corpora/wrong is graded end to end elsewhere; this is the quick unit-level proof:
+    exp of the raw scores overflows where scores reach the hundreds, and only there."""
+    from course.kernels import kernel_path, load_triton_module
+    source = kernel_path("triton/01_naive").read_text()
+    assert source.count("p = tl.exp(scores - m)") == 1
+    path = tmp_path / "no_max.py"
+    path.write_text(source.replace("p = tl.exp(scores - m)", "p = tl.exp(scores)"))
     broken = load_triton_module(str(path))
-    with pytest.raises(CheckFailed, match="wrong answer"):
-        course.check("01.naive_triton", broken.naive_attention)
+    course.check("01.naive_triton", broken.naive_attention, cases=[Case(17, 40, 16, seed=1)])  # mild scores: no overflow
+    with pytest.raises(CheckFailed, match="wrong answer.*peaky"):
+        course.check("01.naive_triton", broken.naive_attention, cases=[Case(17, 40, 16, kind="peaky", seed=1)])
 
 
 def test_untouched_stub_and_kernel_errors_point_at_the_kernel(tmp_path):
@@ -53,10 +63,11 @@ def test_untouched_stub_and_kernel_errors_point_at_the_kernel(tmp_path):
     with pytest.raises(CheckFailed, match="not implemented yet"):
         course.check("01.naive_triton", load_triton_module(str(tmp_path / "stub.py")).naive_attention)
 
-    typo = source.replace("score = tl.sum(q * k, axis=0) * scale", "score = tl.sum(q * kk, axis=0) * scale")
+    typo = source.replace("s = tl.sum(q[None, :] * k, axis=1) * scale", "s = tl.sum(q[None, :] * kk, axis=1) * scale")
+    assert typo != source
     (tmp_path / "typo.py").write_text(typo)
     with pytest.raises(CheckFailed) as info:
         course.check("01.naive_triton", load_triton_module(str(tmp_path / "typo.py")).naive_attention)
     message = str(info.value)
     if course.tiers.triton_interpreted():  # the interpreter reports the kernel's own line
-        assert "in naive_attention_kernel: score = tl.sum(q * kk" in message and "NameError" in message
+        assert "in naive_attention_kernel: s = tl.sum(q[None, :] * kk" in message and "NameError" in message

@@ -6,6 +6,7 @@ import re
 import pytest
 
 import course
+from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.triton import WRONG_KERNELS
 from course.tracks import triton as triton_track
 from course.errors import CheckFailed
@@ -37,3 +38,5 @@ def test_wrong_kernel_fails_its_check(wrong, tmp_path):
     message = str(info.value)
     assert re.search(wrong.expect, message), message
     assert "Traceback" not in message
+    problem = hint_problem(wrong.hint, message)  # its hint line as declared (None: no hint line)
+    assert problem is None, problem

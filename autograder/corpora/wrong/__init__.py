@@ -16,7 +16,33 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "packs", "make_submission", "exercise_of"]
+__all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "packs", "make_submission", "exercise_of",
+           "track_groups", "exercise_key", "student_notebook",
+           "UNDECLARED", "hint_problem"]
+
+
+class _Undeclared:
+    """The default of every entry's ``hint``: a corpus test fails until the entry says which hint it gets."""
+
+    def __repr__(self) -> str:
+        return "UNDECLARED"
+
+
+UNDECLARED = _Undeclared()
+
+
+def hint_problem(hint: "str | None | _Undeclared", message: str) -> str | None:
+    """What is wrong with the ``hint:`` line of a failure ``message`` for an entry that declares ``hint``
+    (text its hint line must contain, or None for no hint line at all); None when it is right."""
+    if isinstance(hint, _Undeclared):
+        return ("declare the hint this entry gets: hint=\"<text its hint line contains>\", or hint=None when its "
+                f"message must have no hint line. Its message is:\n{message}")
+    found = [line.strip()[len("hint:"):].strip() for line in message.splitlines() if line.strip().startswith("hint:")]
+    if hint is None:
+        return f"expected no hint line, got {found[0]!r} in:\n{message}" if found else None
+    if not any(hint in line for line in found):
+        return f"expected a hint line containing {hint!r}, got {found or 'no hint line'} in:\n{message}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -29,6 +55,8 @@ class WrongSolution:
     """The mistake, as a learner would make it, in one sentence."""
     source: str | None = None
     edits: tuple[tuple[str, str], ...] = ()
+    hint: "str | None | _Undeclared" = UNDECLARED
+    """Text the failure's ``hint:`` line must contain, or None: the failure must have no hint line."""
 
     @property
     def student_id(self) -> str:
@@ -59,7 +87,8 @@ class WrongKernel:
     ``key`` names the kernel file in the track's table (an exercise id, or "atomic"/"split" for CUDA's
     backward); subclasses say how ``key`` finds the file. ``expect`` is a regular expression the failure
     message must match; ``checked`` says whether the mistake only shows under memcheck/racecheck (its
-    edited file then needs the instrumented build).
+    edited file then needs the instrumented build). ``hint`` is the text the failure's ``hint:`` line must
+    contain, or None when it must have no hint line (:func:`hint_problem`).
     """
     key: str
     name: str
@@ -67,6 +96,7 @@ class WrongKernel:
     edits: tuple[tuple[str, str], ...]
     expect: str = r"wrong|NaN|Inf"
     checked: bool = False
+    hint: "str | None | _Undeclared" = UNDECLARED
 
     language = "cuda"
 
@@ -101,10 +131,33 @@ def corpus(assignment: str | None = None) -> list[WrongSolution]:
     return [e for e in entries if assignment in (None, e.assignment)]
 
 
+def track_groups(solution_notebook: Path) -> dict[str, str]:
+    """Solution cell → its track group, for cells that answer one exercise in several languages.
+
+    A lesson step offered in Triton, CUDA C and Metal has one cell per language, tagged with
+    ``{"course": {"track_group": "naive_kernel"}}``, and one graded test (``test_naive_kernel``) that
+    counts the learner's best track. Cells outside a group are their own exercise.
+    """
+    nb = nbformat.read(solution_notebook, as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["course"]["track_group"] for c in nb.cells
+            if c.metadata.get("course", {}).get("track_group") and c.metadata.get("nbgrader", {}).get("grade_id")}
+
+
+def exercise_key(wrong: WrongSolution, groups: dict[str, str]) -> str:
+    """The exercise a wrong answer loses points on: its cell's track group, or the cell itself."""
+    return groups.get(wrong.cell, wrong.cell)
+
+
+def student_notebook(solution_notebook: Path) -> Path:
+    """``<repo>/solutions/A/A.ipynb`` → the handed-out ``<repo>/notebooks/A/A.ipynb``."""
+    return solution_notebook.parents[2] / "notebooks" / solution_notebook.parent.name / solution_notebook.name
+
+
 def packs(assignment: str) -> list[list[WrongSolution]]:
-    """The assignment's entries dealt into submissions that hold at most one wrong answer per exercise:
-    the i-th pack has the i-th entry of every exercise that has one. Grading the packs puts every entry
-    through nbgrader in a few submissions instead of one each."""
+    """The assignment's entries dealt into submissions that hold at most one wrong answer per solution
+    cell: the i-th pack has the i-th entry of every cell that has one. Grading the packs puts every entry
+    through nbgrader in a few submissions instead of one each. A track group's test passes when any of
+    its tracks does, so a pack that loses the group's points proves every wrong track in it wrong."""
     by_cell: dict[str, list[WrongSolution]] = {}
     for entry in corpus(assignment):
         by_cell.setdefault(entry.cell, []).append(entry)
@@ -113,13 +166,28 @@ def packs(assignment: str) -> list[list[WrongSolution]]:
 
 
 def make_submission(solution_notebook: Path, *wrongs: WrongSolution) -> nbformat.NotebookNode:
-    """The instructor notebook with the solution cell of each entry replaced by its wrong answer."""
+    """The instructor notebook with the solution cell of each entry replaced by its wrong answer.
+
+    The other cells of an entry's track group that hold no wrong answer get what the student notebook
+    hands out (their stubs): the best-track test then grades only the wrong tracks.
+    """
     nb = copy.deepcopy(nbformat.read(solution_notebook, as_version=4))
+    groups = track_groups(solution_notebook)
     if len({w.cell for w in wrongs}) != len(wrongs):
         raise ValueError("a submission can hold one wrong answer per solution cell")
+    wrong_cells = {w.cell for w in wrongs}
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    stubs = None
     for wrong in wrongs:
-        cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == wrong.cell]
-        if len(cells) != 1 or not cells[0].metadata["nbgrader"].get("solution"):
+        cell = by_id.get(wrong.cell)
+        if cell is None or not cell.metadata["nbgrader"].get("solution"):
             raise ValueError(f"{wrong.student_id}: no solution cell {wrong.cell!r} in {solution_notebook}")
-        cells[0].source = wrong.apply(cells[0].source)
+        cell.source = wrong.apply(cell.source)
+        siblings = [c for c, g in groups.items() if g == groups.get(wrong.cell) and c not in wrong_cells]
+        if siblings:
+            if stubs is None:
+                handed_out = nbformat.read(student_notebook(solution_notebook), as_version=4)
+                stubs = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in handed_out.cells}
+            for sibling in siblings:
+                by_id[sibling].source = stubs[sibling]
     return nb

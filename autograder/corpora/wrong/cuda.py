@@ -1,4 +1,4 @@
-"""Wrong kernels for the CUDA C ladder (steps 02-06 in kernels/cuda/).
+"""Wrong kernels for the CUDA C forward kernels (lesson 01 and the ladder, steps 02-06, in kernels/cuda/).
 
 Each entry is a small edit of the course's own kernel file: the mistake a learner makes when writing
 that step. The test suite compiles every edited file for the CPU runtime, grades it with
@@ -36,83 +36,105 @@ class WrongCudaKernel(WrongKernel):
         checked, plain = grading_cases(self.exercise)
         if not self.checked:  # the plain launch with the grading tiles and with the default tiles
             return check_step(self.exercise, module, checked_cases=(), plain_cases=checked + plain,
-                              tiles=GRADING_TILES[self.exercise])
+                              tiles=GRADING_TILES.get(self.exercise))
         return check_step(self.exercise, module, plain_cases=())
 
 
 _W = WrongCudaKernel
 
 WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
+    # -- 01: one thread per row, two passes over the keys -----------------------------------------
+    _W("01.naive_cuda", "unguarded-row", "lets the spare threads of the last block read past the end of q",
+       (("    if (row >= n_q) return;  // the last block may have more threads than rows\n", ""),),
+       expect="out-of-bounds read of `q`", checked=True, hint=None),
+    _W("01.naive_cuda", "pass2-without-max", "exponentiates the raw scores in pass 2, which overflows on peaky rows",
+       (("const float p = expf(score * scale - m);", "const float p = expf(score * scale);"),),
+       hint="exp() leaves float32's range on these rows, whose scores reach the hundreds"),
+    _W("01.naive_cuda", "max-without-scale", "takes the max of the unscaled scores in pass 1, so every weight "
+       "underflows on peaky rows",
+       (("m = fmaxf(m, dot * scale);", "m = fmaxf(m, dot);"),),
+       hint="exp() leaves float32's range on these rows, whose scores reach the hundreds"),
+    _W("01.naive_cuda", "last-key-skipped", "stops pass 2 one key early",
+       (("for (int j = 0; j < n_k; ++j) {\n        const float* k_row = k + (size_t)j * d;\n        float score",
+         "for (int j = 0; j + 1 < n_k; ++j) {\n        const float* k_row = k + (size_t)j * d;\n        float score"),),
+       hint=None),
     # -- 02: one warp per row --------------------------------------------------------------------
     _W("02.online_softmax_cuda", "missing-rescale", "adds each chunk to l and acc without rescaling them to the new max",
        (("const float correction = expf(m - m_new);       // 0 on the first chunk, where m = -inf",
-         "const float correction = 1.0f;"),)),
+         "const float correction = 1.0f;"),), hint="l and acc are not rescaled when the max grows"),
     _W("02.online_softmax_cuda", "lane-max", "uses each lane's own score as the max instead of the warp's",
-       (("const float m_new = fmaxf(m, warp_max(score));", "const float m_new = fmaxf(m, score);"),)),
+       (("const float m_new = fmaxf(m, warp_max(score));", "const float m_new = fmaxf(m, score);"),), hint=None),
     _W("02.online_softmax_cuda", "half-warp-sum", "starts the butterfly at offset 8, so l sums 16 lanes, not 32",
        (("for (int offset = WARP / 2; offset > 0; offset /= 2) x += __shfl_xor_sync",
-         "for (int offset = WARP / 4; offset > 0; offset /= 2) x += __shfl_xor_sync"),)),
+         "for (int offset = WARP / 4; offset > 0; offset /= 2) x += __shfl_xor_sync"),), hint=None),
     _W("02.online_softmax_cuda", "tail-lanes-unguarded", "lets the lanes past the last key read K rows that do not exist",
        (("        if (j < n_k) {\n            const float* k_row", "        {\n            const float* k_row"),),
-       expect="out-of-bounds read of `k`", checked=True),
+       expect="out-of-bounds read of `k`", checked=True, hint=None),
     # -- 03: tiled ---------------------------------------------------------------------------------
     _W("03.tiled_cuda", "no-barrier-before-load", "overwrites the K/V tile while other warps still read the last one",
        (("        __syncthreads();  // every warp is done with the previous tile (and Q is complete)\n", ""),),
-       expect="data race", checked=True),
+       expect="data race", checked=True, hint=None),
     _W("03.tiled_cuda", "no-barrier-after-load", "reads the K/V tile before every thread has finished copying it",
-       (("        __syncthreads();  // the tile is complete\n", ""),), expect="data race", checked=True),
+       (("        __syncthreads();  // the tile is complete\n", ""),), expect="data race", checked=True, hint=None),
     _W("03.tiled_cuda", "tile-tail-unguarded", "copies a whole tile even when it runs past the last key",
        (("const bool in = key < n_k;  // the last tile may run past the last key", "const bool in = true;"),),
-       expect="out-of-bounds read of `k`", checked=True),
+       expect="out-of-bounds read of `k`", checked=True, hint=None),
     _W("03.tiled_cuda", "missing-rescale", "never rescales acc when the max grows",
-       (("for (int s = 0; s < SLOTS; ++s) acc[s] *= correction;", "for (int s = 0; s < SLOTS; ++s) acc[s] *= 1.0f;"),)),
+       (("for (int s = 0; s < SLOTS; ++s) acc[s] *= correction;", "for (int s = 0; s < SLOTS; ++s) acc[s] *= 1.0f;"),),
+       hint="acc is not rescaled"),
     _W("03.tiled_cuda", "lse-without-max", "writes log(l) as the LSE, forgetting the running max",
        (("lse[head * n_q + row] = l > 0.0f ? m + logf(l) : NEG_INF;",
-         "lse[head * n_q + row] = l > 0.0f ? logf(l) : NEG_INF;"),), expect="wrong LSE"),
+         "lse[head * n_q + row] = l > 0.0f ? logf(l) : NEG_INF;"),), expect="wrong LSE",
+       hint="the running max m_i is missing"),
     # -- 04: float4 and double buffering ---------------------------------------------------------
     _W("04.double_buffer_cuda", "float4-offset-in-floats", "adds the float4 index to a float pointer, then casts",
        (("kv = reinterpret_cast<const float4*>(k + (size_t)key * d)[c4];",
          "kv = *reinterpret_cast<const float4*>(k + (size_t)key * d + c4);"),),
-       expect="misaligned float4 load"),
+       expect="misaligned float4 load", hint=None),
     _W("04.double_buffer_cuda", "prefetch-into-current", "loads the next tile into the buffer being computed on",
        (("load_tile(k_bufs + (cur ^ 1) * k_size, v_bufs + (cur ^ 1) * v_size,",
-         "load_tile(k_bufs + cur * k_size, v_bufs + cur * v_size,"),), expect="data race", checked=True),
+         "load_tile(k_bufs + cur * k_size, v_bufs + cur * v_size,"),), expect="data race", checked=True, hint=None),
     _W("04.double_buffer_cuda", "no-barrier", "drops the one barrier per tile, trusting the two buffers alone",
        (("        __syncthreads();  // tile t + 1 is complete, and buffer `cur` is free for tile t + 2\n", ""),),
-       expect="data race", checked=True),
+       expect="data race", checked=True, hint=None),
     _W("04.double_buffer_cuda", "missing-rescale", "never rescales the float4 accumulator when the max grows",
        (("            acc.x *= correction;\n            acc.y *= correction;\n            acc.z *= correction;\n"
-         "            acc.w *= correction;\n", ""),)),
+         "            acc.w *= correction;\n", ""),), hint="acc is not rescaled"),
     _W("04.double_buffer_cuda", "tile-tail-unguarded", "copies a whole tile even when it runs past the last key",
        (("        if (key < n_k) {\n            kv =", "        {\n            kv ="),),
-       expect="out-of-bounds read of `k`", checked=True),
+       expect="out-of-bounds read of `k`", checked=True, hint=None),
     # -- 05: tensor cores ------------------------------------------------------------------------
     _W("05.mma_cuda", "accumulator-not-rescaled", "rescales l but never the O fragments it spilled to shared memory",
-       (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n", ""),)),
+       (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n", ""),), hint="acc is not rescaled"),
     _W("05.mma_cuda", "no-syncwarp-before-reload", "reloads the accumulator before every lane has scaled its rows",
        (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n        __syncwarp();\n",
-         "        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n"),), expect="data race", checked=True),
+         "        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n"),), expect="data race", checked=True,
+       hint=None),
     _W("05.mma_cuda", "no-syncwarp-after-spill", "scales rows of the spilled accumulator before the warp's "
        "store_matrix_sync is known to be complete",
        (("        __syncwarp();\n        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;",
-         "        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;"),), expect="data race", checked=True),
+         "        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;"),), expect="data race", checked=True,
+       hint=None),
     _W("05.mma_cuda", "k-row-major", "loads the K tile as a row-major matrix_b, which multiplies by K, not Kᵀ",
        (("typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> FragKt;",
-         "typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> FragKt;"),)),
+         "typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> FragKt;"),), hint=None),
     _W("05.mma_cuda", "padded-keys-count", "lets the zero-padded keys of the last tile into the softmax",
-       (("        const int keys = min(block_n, n_k - j0);\n", "        const int keys = block_n;\n"),)),
+       (("        const int keys = min(block_n, n_k - j0);\n", "        const int keys = block_n;\n"),),
+       hint="padding keys of the last block count"),
     _W("05.mma_cuda", "sum-not-rescaled", "rescales the accumulator but not the row sum l",
-       (("l = l * alpha + sum;", "l = l + sum;"),)),
+       (("l = l * alpha + sum;", "l = l + sum;"),), hint="l is not rescaled"),
     # -- 06: causal ------------------------------------------------------------------------------
     _W("06.causal_cuda", "mask-off-by-one", "masks j < i + offset instead of j <= i + offset, hiding the diagonal key",
-       (("min(keys, row + offset - j0 + 1)", "min(keys, row + offset - j0)"),)),
+       (("min(keys, row + offset - j0 + 1)", "min(keys, row + offset - j0)"),), hint="the output is all zeros"),
     _W("06.causal_cuda", "top-left-alignment", "aligns the mask top-left (offset 0), wrong whenever Nq != Nk",
-       (("const int offset = n_k - n_q;  // query i sees keys j <= i + offset", "const int offset = 0;"),)),
+       (("const int offset = n_k - n_q;  // query i sees keys j <= i + offset", "const int offset = 0;"),),
+       hint="aligned top-left"),
     _W("06.causal_cuda", "stops-before-diagonal", "ends the tile loop at the block's first row's last key",
-       (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + 1 + offset)"),)),
+       (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + 1 + offset)"),), hint=None),
     _W("06.causal_cuda", "only-last-tile-masked", "masks only the last tile, though the diagonal crosses several",
        (("const bool diagonal = causal && j0 + block_n - 1 > row0 + offset;",
-         "const bool diagonal = causal && t == n_tiles - 1;"),)),
+         "const bool diagonal = causal && t == n_tiles - 1;"),), hint=None),
     _W("06.causal_cuda", "nan-on-empty-rows", "subtracts m even while it is -inf: exp(-inf - (-inf)) is NaN",
-       (("const float m_use = m_new == NEG_INF ? 0.0f : m_new;", "const float m_use = m_new;"),), expect="NaN"),
+       (("const float m_use = m_new == NEG_INF ? 0.0f : m_new;", "const float m_use = m_new;"),), expect="NaN",
+       hint="rows that see no key"),
 ]

@@ -1,8 +1,9 @@
-"""Wrong kernels for the Metal track (kernels/metal/03-07).
+"""Wrong kernels for the Metal track (kernels/metal/01-07).
 
 Each entry is a small edit of the course's own kernel file: a mistake a learner makes when writing that
 step. The test suite compiles every edited file for the CPU runtime, grades it with
-``course.tracks.metal.check_step`` and requires it to fail with ``expect`` in the message: a missing
+``course.tracks.metal.check_step`` (lessons 01 and 02, one thread per row: ``course.tracks.cuda.check_step``)
+and requires it to fail with ``expect`` in the message: a missing
 threadgroup_barrier or a plain `+=` where threadgroups add into the same dQ must be reported as a data
 race (racecheck), an unguarded tail as an out-of-bounds access (memcheck), a float4 read at a float
 offset as a misaligned access, not merely as a wrong number that luck could hide.
@@ -19,7 +20,8 @@ __all__ = ["WrongMetalKernel", "WRONG_METAL_KERNELS"]
 
 
 class WrongMetalKernel(WrongKernel):
-    """``key`` is the step's exercise id (course.tracks.metal.STEPS)."""
+    """``key`` is the step's exercise id (course.tracks.table; lessons 01 and 02, one thread per row, launch
+    through course.tracks.cuda, the others through course.tracks.metal)."""
 
     language = "metal"
 
@@ -28,14 +30,20 @@ class WrongMetalKernel(WrongKernel):
         return self.key
 
     def kernel_file(self) -> str:
-        from course.tracks.metal import STEPS
-        return STEPS[self.key].kernel_file
+        from course.tracks.table import exercise
+        return exercise(self.key).kernel_file
 
     def grade(self, module=None):
         """Grade the edited file as its step on the small grading cases; returns the report (raises CheckFailed)."""
+        from course.tracks import cuda
         from course.tracks.metal import GRADING_TILES, check_step, grading_cases
 
         module = module or self.module()
+        if self.exercise in cuda.STEPS:  # one thread per row: CUDA's lesson-01 launch
+            small, _ = cuda.grading_cases(self.exercise)
+            if self.checked:
+                return cuda.check_step(self.exercise, module, checked_cases=small, plain_cases=())
+            return cuda.check_step(self.exercise, module, checked_cases=(), plain_cases=small)
         small, _ = grading_cases(self.exercise)
         if self.checked:
             return check_step(self.exercise, module, checked_cases=small, plain_cases=())
@@ -47,84 +55,113 @@ _W = WrongMetalKernel
 RACE = r"data race"
 
 WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
+    # -- 01: one thread per row, two passes over the keys -----------------------------------------
+    _W("01.naive_metal", "unguarded-row", "lets the spare threads of the rounded-up dispatch read past q",
+       (("    if (row >= n_q) return;  // the dispatch is rounded up to whole threadgroups\n", ""),),
+       expect=r"out-of-bounds read of `q`", checked=True, hint=None),
+    _W("01.naive_metal", "pass2-without-max", "exponentiates the raw scores in pass 2, which overflows on peaky rows",
+       (("const float p = exp(score * scale - m);", "const float p = exp(score * scale);"),),
+       hint="exp() leaves float32's range on these rows, whose scores reach the hundreds"),
+    _W("01.naive_metal", "max-without-scale", "takes the max of the unscaled scores in pass 1, so every weight "
+       "underflows on peaky rows",
+       (("m = max(m, dot * scale);", "m = max(m, dot);"),),
+       hint="exp() leaves float32's range on these rows, whose scores reach the hundreds"),
+    # -- 02: one thread per row, one sweep (the online softmax) -----------------------------------
+    _W("02.online_softmax_metal", "acc-not-rescaled", "rescales l but not acc when the max grows",
+       (("acc[c] = acc[c] * correction + p * v_row[c];", "acc[c] = acc[c] + p * v_row[c];"),),
+       hint="acc is not rescaled when the max grows"),
+    _W("02.online_softmax_metal", "sum-not-rescaled", "rescales acc but not the row sum l",
+       (("l = l * correction + p;", "l = l + p;"),), hint="l is not rescaled when the max grows"),
+    _W("02.online_softmax_metal", "stale-max", "computes the new max but never keeps it, so every key wipes out "
+       "the ones before",
+       (("        m = m_new;\n", ""),), hint="only the last step's keys count"),
+    _W("02.online_softmax_metal", "unguarded-row", "lets the spare threads of the rounded-up dispatch read past q",
+       (("    if (row >= n_q) return;  // the dispatch is rounded up to whole threadgroups\n", ""),),
+       expect=r"out-of-bounds read of `q`", checked=True, hint=None),
     # -- 03: tiled --------------------------------------------------------------------------------
     _W("03.tiled_metal", "no-barrier-after-load", "reads the K/V tile before every thread has finished copying it",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is complete\n", ""),),
-       expect=RACE, checked=True),
+       expect=RACE, checked=True, hint=None),
     _W("03.tiled_metal", "no-barrier-before-load", "overwrites the K/V tile while other threads still read the last one",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // done with the previous tile (and Q is complete)\n",
-         ""),), expect=RACE, checked=True),
+         ""),), expect=RACE, checked=True, hint=None),
     _W("03.tiled_metal", "tile-tail-unguarded", "copies a whole tile even when it runs past the last key",
        (("const bool in = key < n_k;  // the last tile may run past the last key", "const bool in = true;"),),
-       expect=r"out-of-bounds read of `k`", checked=True),
+       expect=r"out-of-bounds read of `k`", checked=True, hint=None),
     _W("03.tiled_metal", "missing-rescale", "rescales l but not acc when the max grows",
-       (("        for (uint c = 0; c < d; ++c) acc[c] *= correction;\n", ""),)),
+       (("        for (uint c = 0; c < d; ++c) acc[c] *= correction;\n", ""),), hint="acc is not rescaled"),
     _W("03.tiled_metal", "mask-off-by-one", "masks j < i + offset, hiding the key on the diagonal",
-       (("int(j0 + jj) <= int(row) + offset", "int(j0 + jj) < int(row) + offset"),)),
+       (("int(j0 + jj) <= int(row) + offset", "int(j0 + jj) < int(row) + offset"),),
+       hint="the causal mask hides the diagonal"),
     _W("03.tiled_metal", "lse-without-max", "writes log(l) as the LSE, forgetting the running max",
-       (("l > 0.0f ? m + log(l) : -INFINITY", "l > 0.0f ? log(l) : -INFINITY"),), expect=r"wrong LSE"),
+       (("l > 0.0f ? m + log(l) : -INFINITY", "l > 0.0f ? log(l) : -INFINITY"),), expect=r"wrong LSE",
+       hint="the running max m_i is missing"),
     # -- 04: float4 and ping-pong -----------------------------------------------------------------
     _W("04.double_buffer_metal", "no-barrier", "drops the one barrier per tile, trusting the two buffers alone",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // tile t is complete; tile t - 1 is no longer read\n",
-         ""),), expect=RACE, checked=True),
+         ""),), expect=RACE, checked=True, hint=None),
     _W("04.double_buffer_metal", "prefetch-into-current", "copies the next tile into the buffer being computed on",
        (("load_tile(k_tiles + (cur ^ 1) * buffer_size, v_tiles + (cur ^ 1) * buffer_size,",
-         "load_tile(k_tiles + cur * buffer_size, v_tiles + cur * buffer_size,"),), expect=RACE, checked=True),
+         "load_tile(k_tiles + cur * buffer_size, v_tiles + cur * buffer_size,"),), expect=RACE, checked=True,
+       hint=None),
     _W("04.double_buffer_metal", "float4-at-float-offset", "adds the float4 index to a float pointer, then casts to float4",
        (("k_dst[i] = in ? k[ulong(key) * d4 + i % d4] : float4(0.0f);",
          "k_dst[i] = in ? *(device const float4*)((device const float*)k + ulong(key) * d4 + i % d4) : float4(0.0f);"),),
-       expect=r"misaligned float4 read"),
+       expect=r"misaligned float4 read", hint=None),
     _W("04.double_buffer_metal", "missing-rescale", "rescales l but not the float4 accumulator when the max grows",
-       (("        for (uint c4 = 0; c4 < d4; ++c4) acc[c4] *= correction;\n", ""),)),
+       (("        for (uint c4 = 0; c4 < d4; ++c4) acc[c4] *= correction;\n", ""),), hint="acc is not rescaled"),
     # -- 05: simdgroup matrices -------------------------------------------------------------------
     _W("05.mma_metal", "accumulator-not-rescaled", "spills and reloads the O accumulator but never scales it",
-       (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n", ""),)),
+       (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n", ""),), hint="acc is not rescaled"),
     _W("05.mma_metal", "no-barrier-after-spill", "scales the spilled accumulator before the simdgroup's "
        "store is known to be complete (other lanes stored those elements)",
        (("        simdgroup_barrier(mem_flags::mem_threadgroup);\n        for (uint c = phase; c < d; c += 4) o_row[c]",
-         "        for (uint c = phase; c < d; c += 4) o_row[c]"),), expect=RACE, checked=True),
+         "        for (uint c = phase; c < d; c += 4) o_row[c]"),), expect=RACE, checked=True, hint=None),
     _W("05.mma_metal", "no-barrier-before-load", "loads the next K/V tile while other simdgroups still read the last",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // every simdgroup is done with the previous tile\n",
-         ""),), expect=RACE, checked=True),
+         ""),), expect=RACE, checked=True, hint=None),
     _W("05.mma_metal", "mask-off-by-one", "masks j < i + offset on diagonal tiles, hiding the diagonal key",
-       (("clamp(int(row) + offset - int(j0) + 1, 0, int(keys))", "clamp(int(row) + offset - int(j0), 0, int(keys))"),)),
+       (("clamp(int(row) + offset - int(j0) + 1, 0, int(keys))", "clamp(int(row) + offset - int(j0), 0, int(keys))"),),
+       hint="the causal mask hides the diagonal"),
     _W("05.mma_metal", "top-left-alignment", "aligns the causal mask top-left, wrong whenever Nq != Nk",
        (("    const int offset = int(n_k) - int(n_q);  // query i sees keys j <= i + offset\n",
-         "    const int offset = 0;\n"),)),
+         "    const int offset = 0;\n"),), hint="aligned top-left"),
     _W("05.mma_metal", "skip-tiles-from-the-first-row", "ends the tile loop at the last key the first row "
        "sees, dropping keys the later rows of the threadgroup see",
        (("if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));",
-         "if (causal) kv_end = uint(clamp(int(row0 + 1) + offset, 0, int(n_k)));"),)),
+         "if (causal) kv_end = uint(clamp(int(row0 + 1) + offset, 0, int(n_k)));"),), hint=None),
     # -- 07: backward, atomic dQ ------------------------------------------------------------------
     _W("07.backward_atomic_metal", "non-atomic-dq", "adds its share into dQ with a plain += although other "
        "threadgroups add to the same rows",
        (("atomic_add_float(dq + ulong(i0 + i) * d + c, share * scale);", "dq[ulong(i0 + i) * d + c] += share * scale;"),),
-       expect=RACE, checked=True),
+       expect=RACE, checked=True, hint=None),
     _W("07.backward_atomic_metal", "missing-barrier", "reads the P and dS tiles without waiting for the threads "
        "that write them",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // every P and dS entry of the tile is written\n", ""),),
-       expect=RACE, checked=True),
+       expect=RACE, checked=True, hint=None),
     _W("07.backward_atomic_metal", "missing-delta", "computes dS = P ∘ dP, forgetting Δ = rowsum(dO ∘ O)",
-       (("ds = p * (dp - delta_s[i]);     // the softmax backward", "ds = p * dp;"),), expect=r"wrong d[qk]"),
+       (("ds = p * (dp - delta_s[i]);     // the softmax backward", "ds = p * dp;"),), expect=r"wrong d[qk]",
+       hint="the Δ term is missing"),
     _W("07.backward_atomic_metal", "mask-off-by-one", "masks j < i + offset, hiding the diagonal the forward let through",
        (("if (causal) visible = visible && int(key) <= int(row) + offset;",
-         "if (causal) visible = visible && int(key) < int(row) + offset;"),), expect=r"wrong d[qkv]"),
+         "if (causal) visible = visible && int(key) < int(row) + offset;"),), expect=r"wrong d[qkv]",
+       hint="hides the diagonal key"),
     _W("07.backward_atomic_metal", "cas-stores-instead-of-adds", "swaps in its share instead of old + share, "
        "so the last threadgroup's share wins",
-       (("as_type<uint>(as_type<float>(expected) + value)", "as_type<uint>(value)"),), expect=r"wrong dq"),
+       (("as_type<uint>(as_type<float>(expected) + value)", "as_type<uint>(value)"),), expect=r"wrong dq", hint=None),
     # -- 07: backward, split ----------------------------------------------------------------------
     _W("07.backward_split_metal", "dq-missing-barrier", "backward_dq reads the dS tile before every thread wrote its part",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // backward_dq: the dS tile is complete\n", ""),),
-       expect=RACE, checked=True),
+       expect=RACE, checked=True, hint=None),
     _W("07.backward_split_metal", "dkdv-key-tile-overwritten", "backward_dkdv loads the next query tile while "
        "others still read the last",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // backward_dkdv: the previous query tile is no "
-         "longer read\n", ""),), expect=RACE, checked=True),
+         "longer read\n", ""),), expect=RACE, checked=True, hint=None),
     _W("07.backward_split_metal", "dq-causal-end-too-early", "stops backward_dq's key loop at the first row's last "
        "key instead of the last row's",
        (("clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k))", "clamp(int(i0 + 1) + offset, 0, int(n_k))"),),
-       expect=r"wrong dq"),
+       expect=r"wrong dq", hint=None),
     _W("07.backward_split_metal", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
        (("const float p = exp(s * scale - lse_s[i]);", "const float p = exp(s * scale);"),),
-       expect=r"wrong d[qkv]|NaN|Inf"),
+       expect=r"wrong d[qkv]|NaN|Inf", hint="without the saved LSE"),
 ]

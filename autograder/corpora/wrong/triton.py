@@ -1,4 +1,4 @@
-"""Wrong kernels for the Triton track (lessons 02-08).
+"""Wrong kernels for the Triton track (lessons 01-08).
 
 Each entry is a small edit of the course's own kernel file: the mistake a learner makes when
 writing that step. The test suite loads every edited file and requires the step's check to fail
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from autograder.corpora.wrong import apply_edits
+from autograder.corpora.wrong import UNDECLARED, _Undeclared, apply_edits
 
 __all__ = ["WrongKernel", "WRONG_KERNELS"]
 
@@ -23,6 +23,8 @@ class WrongKernel:
     edits: tuple[tuple[str, str], ...]
     expect: str = "wrong|NaN|Inf|-inf|race"
     """A regular expression the failure message must match."""
+    hint: "str | None | _Undeclared" = UNDECLARED
+    """Text the failure's ``hint:`` line must contain, or None: the failure must have no hint line."""
 
     @property
     def id(self) -> str:
@@ -43,75 +45,119 @@ class WrongKernel:
 _W = WrongKernel
 
 WRONG_KERNELS: list[WrongKernel] = [
+    # -- 01: naive attention, two passes over the keys --------------------------------------------
+    _W("01.naive_triton", "pass2-without-max", "exponentiates the raw scores in pass 2, which overflows on peaky rows",
+       (("p = tl.exp(scores - m)", "p = tl.exp(scores)"),),
+       hint="exp() leaves float32's range on these rows, whose scores reach the hundreds"),
+    _W("01.naive_triton", "max-without-scale", "takes the max of the unscaled scores in pass 1, so every weight "
+       "underflows on peaky rows",
+       (("s = tl.sum(q[None, :] * k, axis=1) * scale", "s = tl.sum(q[None, :] * k, axis=1)"),), hint=None),
+    _W("01.naive_triton", "tail-keys-score-zero", "lets the padded keys of the last block score 0 in pass 2",
+       (('        scores = tl.where(key_ok, scores, float("-inf"))\n', ""),),
+       hint="padding keys of the last block count"),
+    _W("01.naive_triton", "no-final-divide", "writes the numerator acc without dividing by l",
+       (("out = acc / l", "out = acc"),), hint="O is acc / l: the division by the row sum l is missing."),
     # -- 02: online softmax and merged states ----------------------------------------------------
     _W("02.online_softmax_triton", "missing-rescale", "adds new terms to l without rescaling the old sum to the new max",
-       (("l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)", "l = l + tl.sum(tl.exp(x - m_safe), axis=0)"),)),
+       (("l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)", "l = l + tl.sum(tl.exp(x - m_safe), axis=0)"),),
+       hint="l is not rescaled when the running max grows"),
     _W("02.online_softmax_triton", "stale-max", "computes the new max but never keeps it",
-       (("        m = m_new\n", ""),)),
+       (("        m = m_new\n", ""),), hint=None),
     _W("02.online_softmax_triton", "tail-padded-with-zero", "pads the last block with 0 instead of -inf, so padding counts",
-       (('x = tl.load(row_ptr + cols, mask=cols < stop, other=float("-inf"))', "x = tl.load(row_ptr + cols, mask=cols < stop, other=0.0)"),)),
+       (('x = tl.load(row_ptr + cols, mask=cols < stop, other=float("-inf"))', "x = tl.load(row_ptr + cols, mask=cols < stop, other=0.0)"),),
+       hint="the padding of the last block counts in l"),
     _W("02.online_softmax_merge_triton", "second-sum-not-rescaled", "rescales only the first state's sum",
-       (("l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)", "l = l_a * tl.exp(m_a - m_safe) + l_b"),)),
+       (("l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)", "l = l_a * tl.exp(m_a - m_safe) + l_b"),), hint="l_b is not rescaled"),
     _W("02.online_softmax_merge_triton", "nan-on-empty", "does not guard two empty states: exp(-inf - (-inf)) is NaN",
-       (('m_safe = tl.where(m == float("-inf"), 0.0, m)', "m_safe = m"),), expect="empty"),
+       (('m_safe = tl.where(m == float("-inf"), 0.0, m)', "m_safe = m"),), expect="empty",
+       hint="exp(−inf − (−inf)) = NaN"),
     _W("02.online_softmax_merge_triton", "sums-added-raw", "adds the two sums as if they shared a max",
-       (("l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)", "l = l_a + l_b"),)),
+       (("l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)", "l = l_a + l_b"),), hint="the sums are added as they are"),
+    # -- 02: the one-sweep attention kernel --------------------------------------------------------
+    _W("02.online_softmax_attention_triton", "acc-not-rescaled", "rescales l but not acc when the max grows",
+       (("acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)", "acc = acc + tl.sum(p[:, None] * v, axis=0)"),),
+       hint="acc is not rescaled when the max grows"),
+    _W("02.online_softmax_attention_triton", "sum-not-rescaled", "rescales acc but not the row sum l",
+       (("l = l * alpha + tl.sum(p, axis=0)", "l = l + tl.sum(p, axis=0)"),),
+       hint="l is not rescaled when the max grows"),
+    _W("02.online_softmax_attention_triton", "stale-max", "computes the new max but never keeps it, so every block "
+       "wipes out the ones before",
+       (("        m = m_new  # from here on, l and acc are measured against m_new\n", ""),),
+       hint="only the last step's keys count"),
+    _W("02.online_softmax_attention_triton", "tail-keys-unmasked", "lets the padded keys of the last block score 0",
+       (('        s = tl.where(key_ok, s, float("-inf"))  # keys past the end weigh exp(-inf) = 0\n', ""),),
+       hint="padding keys of the last block count"),
     # -- 03: tiled forward ------------------------------------------------------------------------
     _W("03.tiled_triton", "missing-rescale", "never rescales acc when the max grows",
-       (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),)),
+       (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),),
+       hint="acc is not rescaled"),
     _W("03.tiled_triton", "stale-max", "computes the new max but never keeps it",
-       (("        m = m_new\n", ""),)),
+       (("        m = m_new\n", ""),), hint=None),
     _W("03.tiled_triton", "tail-keys-unmasked", "lets the padded keys of the last tile score 0 instead of -inf",
-       (('        s = tl.where(key_ok[None, :], s, float("-inf"))', ""),)),
+       (('        s = tl.where(key_ok[None, :], s, float("-inf"))', ""),), hint="padding keys of the last block count"),
     _W("03.tiled_triton", "lse-without-max", "writes log(l) as the LSE, forgetting the running max",
-       (("lse = m + tl.log(l)", "lse = tl.log(l)"),), expect="wrong LSE"),
+       (("lse = m + tl.log(l)", "lse = tl.log(l)"),), expect="wrong LSE", hint="the running max m_i is missing"),
     # -- 04: pipelined --------------------------------------------------------------------------
     _W("04.double_buffer_triton", "missing-rescale", "never rescales acc when the max grows",
-       (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),)),
+       (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),),
+       hint="acc is not rescaled"),
     _W("04.double_buffer_triton", "descriptor-padding-unmasked", "trusts the descriptor's zero padding as if it were -inf",
-       (('        s = tl.where((start_n + offs_n < N_CTX_K)[None, :], s, float("-inf"))', ""),)),
+       (('        s = tl.where((start_n + offs_n < N_CTX_K)[None, :], s, float("-inf"))', ""),),
+       hint="padding keys of the last block count"),
     _W("04.double_buffer_triton", "lse-in-base-2", "stores the LSE in base-2 units",
-       (("lse = (m + tl.log2(l)) * 0.6931471805599453", "lse = m + tl.log2(l)"),), expect="wrong LSE"),
+       (("lse = (m + tl.log2(l)) * 0.6931471805599453", "lse = m + tl.log2(l)"),), expect="wrong LSE",
+       hint="base-2 units"),
     # -- 05: tensor cores -------------------------------------------------------------------------
     _W("05.mma_triton", "missing-rescale", "forgets to rescale the accumulator before the next MMA",
-       (("        acc = acc * alpha[:, None]\n", ""),)),
+       (("        acc = acc * alpha[:, None]\n", ""),), hint="acc is not rescaled"),
     _W("05.mma_triton", "sum-not-rescaled", "rescales acc but not the row sum l",
-       (("l = l * alpha + tl.sum(p, axis=1)", "l = l + tl.sum(p, axis=1)"),)),
+       (("l = l * alpha + tl.sum(p, axis=1)", "l = l + tl.sum(p, axis=1)"),), hint="l is not rescaled"),
     _W("05.mma_triton", "log2e-twice", "folds log2(e) into the scale and then uses exp, not exp2",
-       (("alpha = tl.math.exp2(m - m_new)", "alpha = tl.exp(m - m_new)"), ("p = tl.math.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])"))),
+       (("alpha = tl.math.exp2(m - m_new)", "alpha = tl.exp(m - m_new)"), ("p = tl.math.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")),
+       hint=None),
     # -- 06: causal -----------------------------------------------------------------------------
     _W("06.causal_triton", "mask-off-by-one", "masks j < i instead of j <= i, hiding each query's own key",
-       (("key_idx[None, :] <= rows[:, None] + diagonal", "key_idx[None, :] < rows[:, None] + diagonal"),)),
+       (("key_idx[None, :] <= rows[:, None] + diagonal", "key_idx[None, :] < rows[:, None] + diagonal"),),
+       hint="the output is all zeros"),
     _W("06.causal_triton", "top-left-alignment", "aligns the mask top-left, wrong whenever Nq != Nk",
-       (("diagonal = n_k - n_q   #", "diagonal = 0   #"),)),
+       (("diagonal = n_k - n_q   #", "diagonal = 0   #"),), hint="aligned top-left"),
     _W("06.causal_triton", "diagonal-blocks-unmasked", "runs the blocks that straddle the diagonal without the mask",
-       (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = hi // BLOCK_N * BLOCK_N"),)),
+       (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = hi // BLOCK_N * BLOCK_N"),),
+       hint=None),
     _W("06.causal_triton", "nan-on-empty-rows", "does not guard rows that see no key: 2^(-inf - (-inf)) is NaN",
-       (('m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_sub = m_new"),)),
+       (('m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_sub = m_new"),), hint="rows that see no key"),
     # -- 07: backward ---------------------------------------------------------------------------
     _W("07.backward_atomic_triton", "non-atomic-dq", "adds into dQ with a plain load and store instead of an atomic",
        (('tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")',
-         "tl.store(dq_ptrs, tl.load(dq_ptrs, mask=q_mask, other=0.0) + dq_part, mask=q_mask)"),), expect="data race"),
+         "tl.store(dq_ptrs, tl.load(dq_ptrs, mask=q_mask, other=0.0) + dq_part, mask=q_mask)"),), expect="data race",
+       hint=None),
     _W("07.backward_atomic_triton", "dq-overwritten", "stores its share of dQ over the other programs' shares",
-       (('tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")', "tl.store(dq_ptrs, dq_part, mask=q_mask)"),)),
+       (('tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")', "tl.store(dq_ptrs, dq_part, mask=q_mask)"),),
+       hint=None),
     _W("07.backward_atomic_triton", "missing-delta", "computes dS = P ∘ dP, forgetting the row term Δ = rowsum(dO ∘ O)",
-       (("ds = p * (dp - delta[:, None])", "ds = p * dp"),)),
+       (("ds = p * (dp - delta[:, None])", "ds = p * dp"),), hint="the Δ term is missing"),
     _W("07.backward_atomic_triton", "mask-off-by-one", "masks j < i in the backward, unlike the forward",
-       (("offs_n[None, :] <= offs_m[:, None] + diag", "offs_n[None, :] < offs_m[:, None] + diag"),)),
+       (("offs_n[None, :] <= offs_m[:, None] + diag", "offs_n[None, :] < offs_m[:, None] + diag"),),
+       hint="hides the diagonal key"),
     _W("07.backward_split_triton", "dq-unscaled", "forgets the softmax scale on dQ",
-       (("    dq = dq * scale\n", ""),), expect="wrong dq"),
+       (("    dq = dq * scale\n", ""),), expect="wrong dq", hint="dQ is missing the factor scale"),
     _W("07.backward_split_triton", "causal-end-too-early", "stops the dQ key loop at the block's first row",
-       (("end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)", "end_n = tl.minimum(start_m + diag, n_k)"),)),
+       (("end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)", "end_n = tl.minimum(start_m + diag, n_k)"),),
+       hint="dq is all zeros"),
     _W("07.backward_split_triton", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
-       (('p = tl.exp(tl.where(visible, s - lse[:, None], float("-inf")))', 'p = tl.exp(tl.where(visible, s, float("-inf")))'),)),
+       (('p = tl.exp(tl.where(visible, s - lse[:, None], float("-inf")))', 'p = tl.exp(tl.where(visible, s, float("-inf")))'),),
+       hint="without the saved LSE"),
     # -- 08: the autograd function ----------------------------------------------------------------
     _W("08.flash_attention_triton", "forward-ignores-causal", "always runs the non-causal forward",
-       (("_forward.causal_attention_forward(q, k, v, causal, scale)", "_forward.causal_attention_forward(q, k, v, False, scale)"),)),
+       (("_forward.causal_attention_forward(q, k, v, causal, scale)", "_forward.causal_attention_forward(q, k, v, False, scale)"),),
+       hint="the causal mask is missing"),
     _W("08.flash_attention_triton", "backward-ignores-causal", "runs the backward without the causal mask",
-       (("do.contiguous(), causal=ctx.causal,", "do.contiguous(), causal=False,"),), expect="wrong d"),
+       (("do.contiguous(), causal=ctx.causal,", "do.contiguous(), causal=False,"),), expect="wrong d",
+       hint="without the causal mask the forward used"),
     _W("08.flash_attention_triton", "dk-dv-swapped", "returns the gradients of K and V in each other's places",
        (("return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads), None, None, None",
-         "return dq, _sum_groups(dv, kv_heads), _sum_groups(dk, kv_heads), None, None, None"),), expect="wrong d"),
+         "return dq, _sum_groups(dv, kv_heads), _sum_groups(dk, kv_heads), None, None, None"),), expect="wrong d",
+       hint="dK and dV are swapped"),
     _W("08.flash_attention_triton", "backward-default-scale", "recomputes P in the backward with scale 1",
-       (("scale=ctx.scale,", "scale=1.0,"),), expect="wrong d"),
+       (("scale=ctx.scale,", "scale=1.0,"),), expect="wrong d", hint="uses scale 1 instead of the forward's scale"),
 ]

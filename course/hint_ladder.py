@@ -1,0 +1,176 @@
+"""Getting unstuck on purpose: a ladder of hints per exercise, and a reveal that says it is revealing.
+
+    course.hint("01.naive_triton")          # the first hint; call again for the next, more specific one
+    course.hint("01.naive_triton", 3)       # a given rung
+    course.reveal("01.naive_triton")        # the reference solution, under a banner that says so
+
+A failing check tells the learner what is wrong; the ladder is for when they still do not see how
+to fix it. Rungs go from a question that points at the idea to the line that does it, so a learner
+can stop climbing as soon as they can go on alone. ``reveal`` shows the solution region of the
+kernel file (kernel exercises) or the solution cell of the instructor notebook (Python exercises),
+read from the repository, never from the folder the learner's lab serves.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from course.errors import CourseError
+from course.paths import REPO, SOLUTIONS
+
+__all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text"]
+
+
+@dataclass(frozen=True)
+class Ladder:
+    exercise: str
+    rungs: tuple[str, ...]
+    cell: str = ""
+    """For a Python exercise: ``<lesson folder>/<grade_id>`` of its solution cell in ``solutions/``."""
+
+
+def _ladder(exercise: str, *rungs: str, cell: str = "") -> Ladder:
+    return Ladder(exercise, rungs, cell)
+
+
+_TWO_PASS = (
+    "Two sweeps over the keys of your row. What does the first sweep need to find before any exp() is safe?",
+    "Sweep 1: m = max over every key j of s_j = scale · (q · k_j). Start m at -inf, not 0: scores can all be negative.",
+    "Sweep 2, with m fixed: p_j = exp(s_j - m); add p_j to l and p_j · v_j to acc. No rescale is needed, because m "
+    "no longer changes. Finally O = acc / l.",
+)
+_ONE_PASS = (
+    "One sweep: keep m, l and acc for the keys seen so far. What happens to l and acc when a larger score arrives?",
+    "Everything in l and acc was measured against the old max. Against the new one, each term is smaller by the same "
+    "factor c = exp(m_old - m_new).",
+    "Per step: m_new = max(m, new scores); c = exp(m - m_new); l = l·c + Σ exp(s - m_new); acc = acc·c + Σ exp(s - m_new)·v; "
+    "m = m_new. At the end O = acc / l.",
+)
+
+LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
+    _ladder("00.attention_flops",
+            "Attention has two matrix products. Which, and what are their shapes?",
+            "Q·Kᵀ is Nq × Nk dot products of length D; P·V is Nq × D dot products of length Nk.",
+            "Each dot product of length n is n multiply-adds, and a multiply-add is 2 FLOPs: 2·(2·Nq·Nk·D) in all.",
+            cell="00_orientation/attention_flops"),
+    _ladder("00.flash_intensity",
+            "Intensity is FLOPs divided by bytes. You have the FLOPs already; which tensors must a fused kernel move?",
+            "A fused kernel reads Q, K and V once and writes O once: four N × D tensors.",
+            "bytes = 4·N·D·bytes_per_element; intensity = attention_flops(N, N, D) / bytes.",
+            cell="00_orientation/flash_intensity"),
+    _ladder("01.attention_torch",
+            "Follow the formula: scores, softmax over each row, then the weighted sum of V.",
+            "s = (q @ k.transpose(-1, -2)) * scale, with scale = 1/sqrt(D) when none is given.",
+            "Subtract each row's max before exp (s.amax(dim=-1, keepdim=True)), divide by the row sum, then multiply by v.",
+            cell="01_naive_attention/attention_torch"),
+    _ladder("01.naive_bytes_read",
+            "Count per program (one query row), then multiply by the number of programs.",
+            "One program reads its own q row once, then sweeps over every key twice (for the max, then for the sums).",
+            "Per program: D + 2·Nk·D (K twice) + Nk·D (V once) elements; times N programs; times the element size.",
+            cell="01_naive_attention/naive_bytes_read"),
+    _ladder("01.naive_triton", *_TWO_PASS,
+            "In Triton a block of keys is one tile: k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], mask=...), "
+            "scores = tl.sum(q[None, :] * k, axis=1) * scale; mask keys past n_keys with -inf."),
+    _ladder("01.naive_cuda", *_TWO_PASS,
+            "In CUDA C each thread loops over keys with a plain for loop; acc is a float array of MAX_HEAD_DIM in the "
+            "thread. Keep the `if (row >= n_q) return;` guard first."),
+    _ladder("01.naive_metal", *_TWO_PASS,
+            "In Metal the thread's row is the [[thread_position_in_grid]] parameter; use exp and max (Metal's names), "
+            "and return early for rows past n_q."),
+    _ladder("02.softmax_bytes",
+            "Each pass reads the whole matrix once; the result is written once at the end. How many passes does each "
+            "softmax make?",
+            "The safe softmax reads three times: once for the max, once for the sum, once to normalise.",
+            "The online softmax finds m and l together, so it reads twice. Bytes = (passes + 1) · rows · cols · bytes.",
+            cell="02_online_softmax/softmax_bytes"),
+    _ladder("02.merge_torch",
+            "A state (m, l) stands for l·exp(m). Merging two must stand for the sum of the two numbers.",
+            "Write both against the larger max m = max(m_a, m_b): l = l_a·exp(m_a - m) + l_b·exp(m_b - m).",
+            "Two empty states have m = -inf; exp(-inf - (-inf)) is NaN. Subtract 0 instead of m when m is -inf "
+            "(torch.where), so l stays 0.",
+            cell="02_online_softmax/merge_torch"),
+    _ladder("02.online_softmax_merge_triton",
+            "It is the merge you wrote in PyTorch, with tl.maximum, tl.where and tl.exp.",
+            "m = tl.maximum(m_a, m_b); m_safe = tl.where(m == float('-inf'), 0.0, m).",
+            "l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)."),
+    _ladder("02.online_softmax_triton",
+            "stream_state reads BLOCK columns at a time; each block is one online update of (m, l).",
+            "Pad the tail of the row with -inf, not 0: exp(-inf) = 0 adds nothing to l.",
+            "Per block: m_new = max(m, tl.max(x)); l = l·exp(m - m_new) + tl.sum(tl.exp(x - m_new)); m = m_new. "
+            "The second pass writes exp(x - m) / l."),
+    _ladder("02.online_softmax_attention_triton", *_ONE_PASS),
+    _ladder("02.online_softmax_cuda", *_ONE_PASS,
+            "In the warp kernel each chunk of 32 keys is one online step: the chunk's max and sum come from the "
+            "butterfly reductions, and every lane rescales its own accumulator columns by the same factor."),
+    _ladder("02.online_softmax_metal", *_ONE_PASS),
+]}
+
+# How often each exercise's ladder has been climbed in this kernel (a fresh kernel starts again).
+_climbed: dict[str, int] = {}
+
+
+def _known(exercise: str) -> Ladder:
+    try:
+        return LADDERS[exercise]
+    except KeyError:
+        raise CourseError(f"no hints for {exercise!r}; exercises with hints: {', '.join(sorted(LADDERS))}") from None
+
+
+def hint(exercise: str, rung: int | None = None) -> str:
+    """Print (and return) the next hint for ``exercise``, or hint number ``rung`` (1 is the gentlest)."""
+    ladder = _known(exercise)
+    top = len(ladder.rungs)
+    if rung is None:
+        rung = min(_climbed.get(exercise, 0) + 1, top)
+    if not 1 <= rung <= top:
+        raise CourseError(f"{exercise} has hints 1 to {top}; asked for {rung}")
+    _climbed[exercise] = max(_climbed.get(exercise, 0), rung)
+    more = (f"(call course.hint({exercise!r}) again for hint {rung + 1})" if rung < top
+            else f"(that was the last hint; course.reveal({exercise!r}) shows the solution)")
+    text = f"hint {rung} of {top} for {exercise}: {ladder.rungs[rung - 1]}\n{more}"
+    print(text)
+    return text
+
+
+_REGION = re.compile(r"^[ \t]*(?:#|//)+[ \t]*BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*(?:#|//)+[ \t]*END SOLUTION[ \t]*$", re.S | re.M)
+
+
+def _kernel_file(exercise: str) -> str:
+    from course.tracks.table import exercise as row
+    return row(exercise).kernel_file
+
+
+def solution_text(exercise: str) -> tuple[str, str]:
+    """(where it comes from, the solution text) for ``exercise``."""
+    ladder = _known(exercise)
+    if ladder.cell:
+        lesson, grade_id = ladder.cell.split("/")
+        path = SOLUTIONS / lesson / f"{lesson}.ipynb"
+        if not path.is_file():
+            raise CourseError(f"the solutions are not in this copy of the course ({path.relative_to(REPO)} is missing), "
+                              "so there is nothing to reveal")
+        cells = [c for c in json.loads(path.read_text())["cells"]
+                 if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id]
+        if not cells:
+            raise CourseError(f"no solution cell {grade_id!r} in {path.relative_to(REPO)}")
+        source = "".join(cells[0]["source"])
+        regions = _REGION.findall(source)
+        return f"{path.relative_to(REPO)}, cell {grade_id}", "\n".join(r.rstrip("\n") for r in regions) or source
+    kernel_file = _kernel_file(exercise)
+    path = REPO / kernel_file
+    regions = _REGION.findall(path.read_text()) if path.is_file() else []
+    if not regions:
+        raise CourseError(f"{kernel_file} has no solution region in this copy of the course, so there is nothing to reveal")
+    return kernel_file, "\n    ...\n".join(r.rstrip("\n") for r in regions)
+
+
+def reveal(exercise: str) -> str:
+    """Print (and return) the reference solution of ``exercise``, under a banner that says what it is."""
+    where, text = solution_text(exercise)
+    banner = (f"REVEALING the reference solution of {exercise} (from {where}).\n"
+              "Type it in yourself rather than pasting it, and run the check again: the point is the idea, not the points.")
+    rule = "-" * 80
+    shown = f"{banner}\n{rule}\n{text}\n{rule}"
+    print(shown)
+    return shown
