@@ -29,6 +29,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 from course.budget import attention_budget, plain_attention
@@ -80,15 +81,9 @@ def quiet() -> Iterator[None]:
     the same thing in the course's words. Only the check is silenced: outside it, warnings are as
     the learner set them.
     """
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        try:
-            import numpy as np
-        except ImportError:  # pragma: no cover - numpy comes with the course
-            yield
-            return
-        with np.errstate(all="ignore"):
-            yield
+        yield
 
 
 def _quietly(check: Callable) -> Callable:

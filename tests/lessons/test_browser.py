@@ -195,7 +195,7 @@ def test_fresh_student_notebook_runs_all_to_the_end(lab, page, lesson):
         for cell, report in zip(nb.cells, cells):
             text = _visible_text(report)
             assert "site-packages" not in text and "Warning" not in text, report.describe()
-            if _is_test(cell):
+            if _is_test(cell) and "course.check" in cell.source:  # hidden-test cells hand out empty
                 # a graded test cell on a stub: red, short, and it says why
                 assert report.problems, f"test cell {report.number} passed on a stub"
                 assert "not implemented yet" in text and "Traceback" not in text, report.describe()
