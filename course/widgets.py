@@ -43,7 +43,7 @@ class ScoreMatrixCost:
         return (f"N = {self.n:,}, D = {self.d}, {self.bytes_per_element}-byte elements, {self.heads} heads:\n"
                 f"  S alone takes {_bytes(self.score_matrix)}.\n"
                 f"  Standard attention moves {_bytes(self.standard_traffic)} ({share:.1%} of it is S and P going back and forth).\n"
-                f"  The naive kernel reads {_bytes(self.naive_reads)} (K and V once per query row).\n"
+                f"  The naive kernel reads {_bytes(self.naive_reads)} (K twice and V once per query row).\n"
                 f"  A fused kernel needs only {_bytes(self.fused_traffic)}.")
 
 
