@@ -21,8 +21,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from browser_support import (
-    REPO, SCREENSHOTS, LabServer, clear_outputs, launch_chromium, open_notebook, read_cells,
-    report_on_failure, require_browser_tools, run_all_cells, wait_for_idle_kernel, wait_until_done,
+    REPO, SCREENSHOTS, LabServer, clear_outputs, open_notebook, read_cells,
+    report_on_failure, run_all_cells, wait_for_idle_kernel, wait_until_done,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -34,11 +34,6 @@ RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the r
 
 
 @pytest.fixture(scope="module")
-def chromium() -> str:
-    return require_browser_tools()
-
-
-@pytest.fixture(scope="module")
 def lab(chromium, tmp_path_factory):
     server = LabServer(root=tmp_path_factory.mktemp("lab-root"), state=tmp_path_factory.mktemp("lab-state"))
     server.start()
@@ -46,29 +41,6 @@ def lab(chromium, tmp_path_factory):
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright, chromium)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        yield page
-    finally:
-        context.close()
 
 
 def run_notebook(page, lab: LabServer, source, name: str):

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from browser_support import (
-    REPO, LabServer, launch_chromium, open_notebook, read_cells, report_on_failure, require_browser_tools,
+    REPO, LabServer, open_notebook, read_cells, report_on_failure,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -55,30 +55,6 @@ _PROBE = """import json, os, IPython, course.paths
 ip = IPython.get_ipython()
 print(json.dumps({"cuda": ip.find_cell_magic("cuda") is not None, "metal": ip.find_cell_magic("metal") is not None,
                   "repo": str(course.paths.REPO), "cwd": os.getcwd()}))"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = require_browser_tools()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright, chromium)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
-        yield page
-    finally:
-        context.close()
 
 
 def _serve(root, state, jupyter_config_path: str | None) -> LabServer:
