@@ -36,7 +36,7 @@ from course.budget import attention_budget, plain_attention
 from course.errors import CheckFailed, CourseError, learner_traceback, root_cause
 from course.inputs import Case
 from course.isolation import note_progress
-from course.racecheck import RaceError, racecheck
+from course.racecheck import OutOfBounds, RaceError, Unwritten, Written, interpreter_checks
 from course.reference import attention, attention_backward, causal_mask
 
 __all__ = ["Report", "check_attention", "check_backward", "check_softmax", "check_merge_states", "check_values",
@@ -115,7 +115,9 @@ def untouched_stub(exercise: str, code: str) -> bool:
         reference = path.read_text()
     except (CourseError, OSError):
         return False
-    if "BEGIN SOLUTION" not in reference:
+    # The grader's sandbox shows kernels/ with each region already cut to one marker line.
+    removed = "(solution removed for grading)"
+    if "BEGIN SOLUTION" not in reference and removed not in reference:
         return False
     lines, kept, inside = reference.splitlines(keepends=True), [], False
     for line in lines:
@@ -123,7 +125,7 @@ def untouched_stub(exercise: str, code: str) -> bool:
             inside = True
         elif "END SOLUTION" in line:
             inside = False
-        elif not inside:
+        elif not inside and removed not in line:
             kept.append(line)
     return _code_only(code) == _code_only("".join(kept))
 
@@ -137,13 +139,17 @@ def _rows(indices: Sequence[int], total: int) -> str:
     return f"{len(indices)} of {total} rows ({shown})"
 
 
-def _call(exercise: str, fn: Callable[..., Any], args: tuple, kwargs: dict, case_text: str, race: bool = False) -> Any:
-    """Run the learner's code; with ``race`` (interpreter only) also look for races between programs."""
+def _call(exercise: str, fn: Callable[..., Any], args: tuple, kwargs: dict, case_text: str, race: bool = False,
+          written: Written | None = None) -> Any:
+    """Run the learner's code; with ``race`` (interpreter only) also run the interpreter's checks: accesses out
+    of bounds, races between programs, and (into ``written``) the bytes the launches stored."""
     try:
-        with racecheck() if race else contextlib.nullcontext():
+        with interpreter_checks(written) if race else contextlib.nullcontext():
             return fn(*args, **kwargs)
     except CheckFailed:
         raise
+    except OutOfBounds as exc:
+        raise CheckFailed(f"{exercise}: an out-of-bounds {exc.access} on {case_text}:\n  {exc}") from None
     except RaceError as exc:
         raise CheckFailed(f"{exercise}: a data race on {case_text}:\n  {exc}") from None
     except CourseError as exc:  # e.g. the CPU runtime stopping a CUDA/Metal kernel: its message says why
@@ -522,8 +528,9 @@ def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case]
                     device: str = "cpu", k: float = 2.0, tier: str = "") -> Report:
     """Call ``fn(q, k, v[, causal=...][, scale=...])`` on every case; compare O (and LSE) with the float64 oracle.
 
-    ``with_lse``: ``fn`` returns ``(o, lse)``. ``race``: watch the launch for races between programs
-    (Triton's interpreter only). ``tier`` names where a kernel ran; plain PyTorch answers leave it empty.
+    ``with_lse``: ``fn`` returns ``(o, lse)``. ``race``: run Triton's interpreter checks on the launches
+    (accesses out of bounds, races between programs) and require every element of an ``o`` a kernel was
+    given to fill to have been stored. ``tier`` names where a kernel ran; plain PyTorch answers leave it empty.
     Every message about a case names the scale whenever ``fn`` is given one (``pass_scale``) or the
     check uses one other than 1/sqrt(D): what the message names is what reproduces the case.
     """
@@ -537,13 +544,19 @@ def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case]
         q, kk, v = case.tensors()
         kwargs = ({"causal": case.causal} if pass_causal else {}) | ({"scale": s} if pass_scale else {})
         args = tuple(t.to(device) for t in (q, kk, v))
-        result = _call(exercise, fn, args, kwargs, text, race=race)
+        written = Written() if race else None
+        result = _call(exercise, fn, args, kwargs, text, race=race, written=written)
         out, lse = result, None
         if with_lse:
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
                 raise CheckFailed(f"{exercise}: on {text} your function returned {type(result).__name__}; "
                                   "expected a pair (o, lse).")
             out, lse = result
+        if written is not None:
+            try:
+                written.require({"o": out})  # only an `o` the kernel was given to fill: never PyTorch's own
+            except Unwritten as exc:
+                raise CheckFailed(f"{exercise}: part of the output is never written on {text}:\n  {exc}") from None
         oracle = attention(q, kk, v, case.causal, scale=s)
         budget = attention_budget(oracle.o, plain_attention(q, kk, v, case.causal, scale=s), case.dtype, k=k)
         problem = _diagnose_attention(exercise, out, case, q, kk, v, s, oracle, budget, explicit_scale=named is not None)

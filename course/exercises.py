@@ -17,6 +17,7 @@ from course.engines import (Mistake, Report, check_attention, check_backward, ch
                             check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
 from course.isolation import run_isolated
+from course.recording import Recorder, Replay, emit, recording_wanted
 from course.inputs import Case, standard_cases
 
 __all__ = ["Exercise", "EXERCISES", "check"]
@@ -167,7 +168,7 @@ def _row_kernel(exercise: str, more: tuple[Case, ...] = ()):
     """A Triton kernel with one program per query row (lesson 01's two passes, lesson 02's one sweep)."""
     def run(fn, cases: Iterable[Case] | None = None) -> Report:
         cases = list(cases) if cases is not None else _row_kernel_cases() + list(more)
-        where = dict(device=tiers.device(), tier=tiers.active_tier())
+        where = _kernel_options()
         report = check_attention(exercise, fn, cases, **where)
         check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
         return report
@@ -424,8 +425,9 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         from course.simt import RawModule
         from course.simt.magic import CompileFailed
         if isinstance(candidate, CompileFailed):
+            shown = f"\n{candidate.error}" if getattr(candidate, "error", "") else ""
             raise CheckFailed(f"{exercise}: your %%{candidate.language} {candidate.name} cell did not compile, so "
-                              f"there is no kernel to check. Fix the error that cell shows and run it again.")
+                              f"there is no kernel to check. Fix the error that cell shows and run it again.{shown}")
         if not isinstance(candidate, RawModule):
             raise CheckFailed(f"{exercise}: expected the kernels your %%cuda / %%metal cell compiled (the name after "
                               f"the magic), got {type(candidate).__name__}. Run that cell first.")
@@ -437,10 +439,51 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
                               f"again.")
     elif not callable(candidate):
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
-    with quiet():  # no library warning about a wrong answer's overflow lands above the diagnosis
-        if chosen.isolated:
-            report = run_isolated(lambda: chosen.run(candidate, **options), exercise)
-        else:
-            report = chosen.run(candidate, **options)
+    graded, learner, row = _triton_kernels(exercise, candidate)
+    if learner is not None and _gate_wanted(row, learner):
+        from course.tracks.triton_answer import gate
+        gate(row, graded, learner)  # before anything runs: on the interpreter a kernel body is Python
+    if isinstance(candidate, Replay):
+        graded = candidate.for_exercise(exercise)
+    recorder = None
+    if (row is None and chosen.takes == "function" and not chosen.isolated and recording_wanted()
+            and not isinstance(candidate, Replay)):
+        # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
+        recorder = graded = Recorder(exercise, candidate, getattr(candidate, "__name__", exercise))
+    try:
+        with quiet():  # no library warning about a wrong answer's overflow lands above the diagnosis
+            if chosen.isolated:
+                report = run_isolated(lambda: chosen.run(graded, **options), exercise)
+            else:
+                report = chosen.run(graded, **options)
+    finally:
+        if recorder is not None:
+            emit(recorder)
     print(report)
     return report
+
+
+def _triton_kernels(exercise: str, candidate: Any):
+    """(what to run, the learner's kernels, the table row) for a Triton kernel exercise: the course's wrapper
+    around the learner's @triton.jit functions (course.tracks.triton_answer). Other exercises run as given."""
+    from course.tracks import table
+    row = table.find(exercise)
+    if row is None or row.track != "triton" or row.learner_wrapper:
+        return candidate, None, row
+    from course.tracks.triton_answer import graded_function, is_course_wrapped, learner_kernels
+    if is_course_wrapped(candidate):
+        return candidate, None, row
+    learner = learner_kernels(candidate)
+    if learner is None:
+        raise CheckFailed(f"{exercise}: cannot read the source of {getattr(candidate, '__name__', candidate)!r}. Hand in "
+                          f"the function your Triton cell defines; the course launches the kernels of that cell.")
+    return graded_function(row, learner), learner, row
+
+
+def _gate_wanted(row, learner) -> bool:
+    """Compile with the real compiler, except the course's own files (the compile gate covers those) and the
+    notebook run of the grader (its re-check compiles)."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return False
+    from course.kernels import kernel_path
+    return learner.text != kernel_path(row.kernel_file).read_text(encoding="utf-8")

@@ -22,6 +22,10 @@ __all__ = ["TRACK_NAMES", "STEPS", "exercise_for", "check_tracks"]
 
 TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}
 
+STOP_AT_FIRST_PASS = False
+"""Set by the grader's re-check (course.recheck): once a track passes, the practice tracks cost time and
+change nothing."""
+
 # Steps whose exercise ids do not follow "<step>_<track>": a Triton file that holds more than one
 # exercise names the graded one by its variant.
 STEPS: dict[str, dict[str, str]] = {
@@ -72,6 +76,8 @@ def check_tracks(step: str, *, cases: Any = None, **answers: Any):
         outcomes.append((track, "passed", str(report)))
         if passed is None:
             passed = (track, report)
+        if STOP_AT_FIRST_PASS:
+            break
     if passed is None:
         if all(state == "not started" for _, state, _ in outcomes):
             raise CheckFailed(f"{step}: not implemented yet in any track. Write the kernel in the language you "

@@ -8,9 +8,12 @@ The pipeline, in a fresh nbgrader course directory ``<workdir>/nbgrader``:
 3. run ``nbgrader autograde`` once per student, in its own process, ``jobs`` at a time. Each
    notebook's kernel runs in the sandbox (:mod:`autograder.sandbox.bubblewrap`); a kernel that crashes or
    hangs costs only the cells it breaks (:mod:`autograder.preprocessors.sandboxed_execute`);
-4. run ``generate_feedback`` without the hidden tests, read the scores from the gradebook, and
-   write ``<workdir>/grades.csv`` with the tier each student was graded on, the crashes, and the
-   time each took.
+4. re-check every test cell in a sandbox of its own where no answer cell of the student runs
+   (:mod:`autograder.grade.recheck`): its result is the grade, and the gradebook is corrected where
+   the notebook's run said otherwise;
+5. run ``generate_feedback`` without the hidden tests (each page says what the re-check changed and
+   why), read the scores from the gradebook, and write ``<workdir>/grades.csv`` with the tier each
+   student was graded on, the crashes, the re-check's notes, and the time each took.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from typing import Callable
 
 from autograder import SOLUTIONS_DIR
 from autograder.coursedir import COURSE_ID, CommandResult, CourseDir, error_summary
+from autograder.grade.recheck import Recheck, build_job, run_recheck, strip_recordings
 from autograder.grade.report import write_csv
 from autograder.sandbox.bubblewrap import SandboxSettings, SandboxUnavailable, kernels_folder, require_sandbox, \
     write_kernels_without_solutions
@@ -45,7 +49,9 @@ class StudentResult:
     feedback_html: Path | None = None
     tier: str = ""  # the execution tier the notebook was graded on
     crashes: list[str] = field(default_factory=list)  # "kernel crashed (signal 11: ...) in cell mul", ...
-    wall_seconds: float | None = None  # time nbgrader took for this student
+    wall_seconds: float | None = None  # time nbgrader and the re-check took for this student
+    recheck: list[str] = field(default_factory=list)  # test cells whose grade the re-check changed, and why
+    recheck_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class _Run:
     wall_seconds: float
     tier: str = ""
     crashes: list[str] = field(default_factory=list)
+    recheck: Recheck | None = None
 
 
 def _failure_reason(run: CommandResult, timeout: int, limit: float) -> str:
@@ -133,6 +140,20 @@ def _graded_status(events: list[dict], timeout: int) -> tuple[str, list[str]]:
     return ("graded (" + "; ".join(notes) + ")" if notes else "graded"), crashes
 
 
+def _recheck(course: CourseDir, assignment: str, student: str, notebook_name: str, source: dict,
+             sandbox: SandboxSettings, limit: float) -> Recheck:
+    """Re-check one autograded student (see :mod:`autograder.grade.recheck`); the recordings leave the notebook."""
+    graded_path = course.autograded(student, assignment) / notebook_name
+    try:
+        graded = json.loads(graded_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return Recheck(problem=f"the autograded notebook could not be read ({exc})")
+    job = build_job(source, graded)
+    graded_path.write_text(json.dumps(strip_recordings(graded), indent=1), encoding="utf-8")
+    return run_recheck(job, course.root / "recheck" / student, sandbox,
+                       course.kernels_view if course.kernels_view.is_dir() else None, limit)
+
+
 def _autograde(course: CourseDir, assignment: str, student: str, notebook_name: str, timeout: int,
                limit: float) -> _Run:
     """Autograde one student."""
@@ -166,6 +187,48 @@ def _scores(course: CourseDir, assignment: str, student: str, test_ids: set[str]
         return float(submission.score or 0.0), cells
 
 
+def _apply_recheck(course: CourseDir, assignment: str, student: str, notebook_stem: str, tests: list[TestCell],
+                   recheck: Recheck) -> list[str]:
+    """Make the gradebook hold what the re-check found; a line per test cell whose grade changed."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    changes = []
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        for test in tests:
+            try:
+                grade = gb.find_grade(test.grade_id, notebook_stem, assignment, student)
+            except MissingEntry:
+                continue
+            earned = test.points if recheck.passed(test.grade_id) else 0.0
+            before = float(grade.score or 0.0)
+            if abs(before - earned) < 1e-9:
+                continue
+            grade.manual_score = earned
+            how = "failed in the notebook's run but passed" if earned > before else "passed in the notebook's run but failed"
+            reason = recheck.message(test.grade_id) if earned < before else ""
+            changes.append(f"{test.grade_id}: {how} when re-checked, {earned:g} of {test.points:g} points"
+                           + (f": {reason}" if reason else ""))
+        gb.db.commit()
+    return changes
+
+
+def _feedback_note(page: Path, changes: list[str]) -> None:
+    """Put the re-check's changes at the top of a feedback page."""
+    import html
+    try:
+        text = page.read_text(encoding="utf-8")
+    except OSError:
+        return
+    items = "".join(f"<li><pre style='white-space: pre-wrap'>{html.escape(line)}</pre></li>" for line in changes)
+    note = ("<div id='course-recheck' style='border: 2px solid #b00; padding: 0.5em 1em; margin: 1em'>"
+            "<h2>Re-checked by the grader</h2><p>Each exercise was graded again in a fresh process that ran only "
+            "your kernels and the answers your checks recorded, with the course's own checks. These grades "
+            "changed:</p><ul>" + items + "</ul></div>")
+    at = text.find("<body")
+    at = text.find(">", at) + 1 if at >= 0 else 0
+    page.write_text(text[:at] + note + text[at:], encoding="utf-8")
+
+
 def _prepare_course(workdir: Path, assignment: str, source_notebook: Path, timeout: int,
                     sandbox: SandboxSettings, say: Callable[[str], None]) -> CourseDir:
     """A fresh course directory whose gradebook knows the assignment."""
@@ -184,10 +247,14 @@ def _prepare_course(workdir: Path, assignment: str, source_notebook: Path, timeo
 
 
 def _autograde_all(course: CourseDir, assignment: str, students: list[str], notebook_name: str, jobs: int,
-                   timeout: int, limit: float, say: Callable[[str], None]) -> dict[str, _Run]:
-    """Autograde each student in a process of its own, ``jobs`` at a time; outcome by student."""
+                   timeout: int, limit: float, say: Callable[[str], None], source: dict,
+                   sandbox: SandboxSettings) -> dict[str, _Run]:
+    """Autograde and re-check each student in processes of their own, ``jobs`` at a time; outcome by student."""
     def grade_one(student: str) -> tuple[str, _Run]:
         outcome = _autograde(course, assignment, student, notebook_name, timeout, limit)
+        if outcome.status.startswith("graded"):
+            outcome.recheck = _recheck(course, assignment, student, notebook_name, source, sandbox, limit)
+            outcome.wall_seconds += outcome.recheck.seconds
         say(f"{student}: {outcome.status} ({outcome.wall_seconds:.1f} s)")
         return student, outcome
 
@@ -256,9 +323,12 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
         else:
             _import(course, submission, assignment, source_notebook.name)
     gradable = [s.student_id for s in found if s.notebook is not None]
-    runs.update(_autograde_all(course, assignment, gradable, source_notebook.name, jobs, timeout, wall_limit, say))
+    runs.update(_autograde_all(course, assignment, gradable, source_notebook.name, jobs, timeout, wall_limit, say,
+                               source, sandbox))
 
     graded = {s for s in gradable if runs[s].status.startswith("graded")}
+    changes = {s: _apply_recheck(course, assignment, s, source_notebook.stem, tests, runs[s].recheck)
+               for s in graded if runs[s].recheck is not None}
     if graded:
         feedback_log = course.root / "logs" / "generate_feedback.log"
         run = course.run("generate_feedback", assignment, "--force", log_file=feedback_log)
@@ -274,6 +344,11 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
         result = StudentResult(student, 0.0, sum(t.points for t in tests), run.status, tier=run.tier,
                                crashes=run.crashes, wall_seconds=run.wall_seconds if student in gradable else None)
         if student in graded:
+            result.recheck = changes.get(student, [])
+            if runs[student].recheck is not None:
+                result.recheck_seconds = runs[student].recheck.seconds
+            if result.recheck:
+                result.status += f"; the re-check changed {len(result.recheck)} test grade{'s' * (len(result.recheck) != 1)}"
             scores = _scores(course, assignment, student, set(test_ids))
             if scores is None:
                 result.status = "failed: nbgrader recorded no grades for this submission"
@@ -281,6 +356,8 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
                 result.score, result.cells = scores
             html = course.feedback(student, assignment) / f"{source_notebook.stem}.html"
             result.feedback_html = html if html.exists() else None
+            if result.feedback_html and result.recheck:
+                _feedback_note(html, result.recheck)
         results.append(result)
     write_csv(csv_path or workdir / "grades.csv", results, assignment, test_ids)
     return results

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 __all__ = ["CSV_FIELDS", "write_csv", "summary_table"]
 
 CSV_FIELDS = ["student_id", "assignment", "score", "max_score", "status", "tier", "crashes", "crash_details",
-              "seconds"]
+              "recheck", "seconds", "recheck_seconds"]
 
 
 def _number(value: float | None) -> str:
@@ -36,7 +36,8 @@ def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, t
         for r in results:
             graded = r.wall_seconds is not None
             writer.writerow([r.student_id, assignment, _number(r.score), _number(r.max_score), r.status,
-                             r.tier, len(r.crashes) if graded else "", "; ".join(r.crashes), _seconds(r.wall_seconds),
+                             r.tier, len(r.crashes) if graded else "", "; ".join(r.crashes), " | ".join(r.recheck),
+                             _seconds(r.wall_seconds), _seconds(r.recheck_seconds),
                              *(_number(r.cells.get(test_id)) for test_id in test_ids)])
 
 

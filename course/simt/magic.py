@@ -24,8 +24,9 @@ class CompileFailed:
     grade a kernel the learner has since changed. This placeholder lets the check say what happened.
     """
 
-    def __init__(self, name: str, language: str):
+    def __init__(self, name: str, language: str, error: str = ""):
         self.name, self.language = name, language
+        self.error = error  # the compiler's message, where the cell's own output is not there to show it
 
     def __repr__(self) -> str:
         return f"<{self.name}: the %%{self.language} cell did not compile>"

@@ -24,7 +24,7 @@ from typing import Any
 from course.errors import CourseError
 from course.paths import REPO
 
-__all__ = ["TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises"]
+__all__ = ["TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises", "find"]
 
 TRACKS = ("triton", "cuda", "metal")
 EXTENSIONS = {"triton": "py", "cuda": "cu", "metal": "metal"}
@@ -45,6 +45,10 @@ class KernelExercise:
     """One of several versions of the step (``atomic`` / ``split``), or empty."""
     shared_file: bool = False
     """The variant lives in the step's one file rather than in ``<lesson>_<step>_<variant>``."""
+    learner_wrapper: bool = False
+    """The Python wrapper is the exercise (lesson 08's autograd.Function): graded as the learner wrote it.
+    Otherwise the course launches the learner's kernels with its own wrapper
+    (:mod:`course.tracks.triton_answer`)."""
     options: dict[str, Any] = field(default_factory=dict)
     """What the track's launcher needs beyond the names (bound keyword arguments for Triton; launch
     layout, tile sizes, input dtype and the ``#define``s it reads for CUDA and Metal)."""
@@ -77,16 +81,16 @@ class KernelExercise:
         return f"python -m course run {self.lesson} --track {self.track}{variant}"
 
 
-def _t(lesson, step, function, variant="", shared_file=False, **options):
-    return KernelExercise(lesson, step, "triton", (function,), variant, shared_file, options)
+def _t(lesson, step, function, variant="", shared_file=False, learner_wrapper=False, **options):
+    return KernelExercise(lesson, step, "triton", (function,), variant, shared_file, learner_wrapper, options)
 
 
 def _c(lesson, step, kernels, variant="", **options):
-    return KernelExercise(lesson, step, "cuda", tuple(kernels.split()), variant, False, options)
+    return KernelExercise(lesson, step, "cuda", tuple(kernels.split()), variant, False, False, options)
 
 
 def _m(lesson, step, kernels, variant="", **options):
-    return KernelExercise(lesson, step, "metal", tuple(kernels.split()), variant, False, options)
+    return KernelExercise(lesson, step, "metal", tuple(kernels.split()), variant, False, False, options)
 
 
 _BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
@@ -124,10 +128,15 @@ EXERCISES: tuple[KernelExercise, ...] = (
     _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split"),
     _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES),
     _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES),
-    _t("08", "flash_attention", "flash_attention"),
+    _t("08", "flash_attention", "flash_attention", learner_wrapper=True),
 )
 
 _BY_ID = {e.id: e for e in EXERCISES}
+
+
+def find(exercise_id: str) -> KernelExercise | None:
+    """The row of ``exercise_id``, or None for an exercise that is not a kernel (``01.attention_torch``)."""
+    return _BY_ID.get(exercise_id)
 
 
 def exercise(exercise_id: str) -> KernelExercise:

@@ -57,6 +57,9 @@ WRONG_KERNELS: list[WrongKernel] = [
        hint="padding keys of the last block count"),
     _W("01.naive_triton", "no-final-divide", "writes the numerator acc without dividing by l",
        (("out = acc / l", "out = acc"),), hint="O is acc / l: the division by the row sum l is missing."),
+    _W("01.naive_triton", "kv-loads-unmasked", "loads K and V without a mask, so the last block reads past their end",
+       (("mask=key_ok[:, None] & in_row[None, :], other=0.0)", ")"), ("mask=tile, other=0.0)", ")")),
+       expect="out-of-bounds load(.|\n)*element \\d+ of `k_ptr`, past its end", hint=None),
     # -- 02: online softmax and merged states ----------------------------------------------------
     _W("02.online_softmax_triton", "missing-rescale", "adds new terms to l without rescaling the old sum to the new max",
        (("l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)", "l = l + tl.sum(tl.exp(x - m_safe), axis=0)"),),
@@ -97,6 +100,10 @@ WRONG_KERNELS: list[WrongKernel] = [
        (('        s = tl.where(key_ok[None, :], s, float("-inf"))', ""),), hint="padding keys of the last block count"),
     _W("03.tiled_triton", "lse-without-max", "writes log(l) as the LSE, forgetting the running max",
        (("lse = m + tl.log(l)", "lse = tl.log(l)"),), expect="wrong LSE", hint="the running max m_i is missing"),
+    _W("03.tiled_triton", "kv-loads-without-key-mask", "masks only the columns of the K and V tiles, so the last "
+       "tile reads rows past the end of K and V",
+       (("mask=kv_mask, other=0.0)", "mask=col_ok[None, :], other=0.0)"),),
+       expect="out-of-bounds load(.|\n)*of `k_ptr`, past its end", hint=None),
     # -- 04: pipelined --------------------------------------------------------------------------
     _W("04.double_buffer_triton", "missing-rescale", "never rescales acc when the max grows",
        (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),),

@@ -1,0 +1,181 @@
+"""The cheating corpus: submissions that lie about themselves instead of solving an exercise.
+
+The hostile corpus (``autograder/corpora/hostile``) attacks the grader and the machine; these entries
+attack the grade. Each is lesson 01's instructor notebook with a few cells changed: an answer that is
+wrong or missing, plus a trick that makes the notebook's own checks pass anyway (a rebound
+``course.check``, a patched check, a restored patch, a kernel replaced by PyTorch's SDPA, the course's
+oracle or NumPy, Python inside a Triton kernel, a CUDA kernel that reads a file of answers, stale
+outputs). Everything else stays the instructor's correct answer, so each entry has a known grade:
+full marks minus the test cells in ``loses``, and ``feedback`` (a regular expression) must be on its
+feedback page, saying why. The suite grades the corpus in one batch beside an honest submission.
+
+Kernel steps are graded on the learner's best track, so an entry that cheats on one track hands in
+the other tracks as the student notebook has them (stubs), like a learner who studies one language.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.corpora.hostile import Change, HostileSubmission
+
+__all__ = ["ASSIGNMENT", "Cheat", "corpus", "as_submission", "stale_outputs"]
+
+ASSIGNMENT = "01_naive_attention"
+_KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
+_TORCH_TESTS = ("test_attention_torch", "test_attention_torch_hidden")
+_CAUGHT = r"passed in the notebook's run but failed when re-checked"
+# The course launches a Triton cell's kernels with its own wrapper, in the notebook too: a wrapper that
+# computes the answer otherwise leaves the kernel a stub, and the check says so in both passes.
+_NOT_STARTED = r"not implemented yet in any track"
+
+
+@dataclass(frozen=True)
+class Cheat:
+    name: str
+    """Also the student id it is graded under."""
+    trick: str
+    """What it does, in one sentence."""
+    changes: tuple[Change, ...]
+    loses: tuple[str, ...]
+    feedback: str
+    """A regular expression its feedback page must match: the reason the grade is what it is."""
+    stub_tracks: tuple[str, ...] = ()
+    """Kernel cells handed in as the student notebook has them (stubs)."""
+    stale_outputs: bool = False
+    """The test cells carry the outputs of an earlier passing run, recordings of right answers included."""
+
+
+def _student_cells(repo: Path) -> dict[str, str]:
+    notebook = repo / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
+
+
+def _solution_cells(repo: Path) -> dict[str, str]:
+    notebook = repo / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
+
+
+def stale_outputs(notebook, repo: Path) -> None:
+    """Give ``notebook``'s test cells the outputs a passing run of the instructor's solution leaves:
+    the check's line and the recording of the right answers (course.recording)."""
+    import contextlib
+    import io
+
+    import nbformat
+    from course.exercises import EXERCISES
+    from course.recording import MIME, Recorder
+    from course.reference import attention
+
+    def right(q, k, v, scale=None):
+        return attention(q, k, v, scale=scale).o.to(q.dtype)
+    recorder = Recorder("01.attention_torch", right, "attention_torch")
+    with contextlib.redirect_stdout(io.StringIO()):
+        EXERCISES["01.attention_torch"].run(recorder)
+    for cell in notebook.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id", "").startswith("test_attention_torch"):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ 01.attention_torch: passed\n"),
+                            nbformat.v4.new_output("display_data", data={MIME: json.dumps(recorder.bundle())})]
+            cell.execution_count = 1
+
+
+def as_submission(cheat: Cheat, repo: Path) -> HostileSubmission:
+    """The entry as a submission the hostile corpus's tools build and grade."""
+    stubs = _student_cells(repo)
+    changes = cheat.changes + tuple(Change(cell, source=stubs[cell]) for cell in cheat.stub_tracks)
+    return HostileSubmission(ASSIGNMENT, cheat.name, cheat.trick, changes, loses=cheat.loses)
+
+
+_WRONG_ATTENTION = '''
+def attention_torch(q, k, v, scale=None):
+    return v[: q.shape[0]] if v.shape[0] >= q.shape[0] else q  # not attention at all
+'''
+
+_WRONG_BYTES = '''
+def naive_bytes_read(n, d, dtype):
+    return 0
+'''
+
+
+def _triton_with_wrapper_body(repo: Path, body: str) -> str:
+    """The student's Triton cell (kernel still a stub) with the wrapper's last line replaced by ``body``."""
+    stub = _student_cells(repo)["naive_triton"]
+    head, tail = stub.rsplit("    return o", 1)
+    return head + body.strip("\n") + tail
+
+
+def _triton_solution_edit(repo: Path, old: str, new: str) -> str:
+    text = _solution_cells(repo)["naive_triton"]
+    if old not in text:
+        raise ValueError(f"the cheating corpus expects {old!r} in the naive_triton solution; update it")
+    return text.replace(old, new)
+
+
+def corpus(repo: Path) -> list[Cheat]:
+    sdpa = ("    return torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], "
+            "scale=scale)[0]")
+    oracle = "    return course.attention(q, k, v, scale=scale).o.to(q.dtype)"
+    numpy = ('''    import numpy as np
+    s = (q.double().numpy() @ k.double().numpy().T) * (q.shape[1] ** -0.5 if scale is None else scale)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return torch.from_numpy((p / p.sum(axis=1, keepdims=True)) @ v.double().numpy()).to(q.dtype)''')
+    # Python inside the kernel: Triton's interpreter runs any Python there (here an import, which could as
+    # well read a file of answers); a GPU compiler takes none of it.
+    python_in_kernel = _triton_solution_edit(repo, "    # BEGIN SOLUTION\n",
+                                             "    # BEGIN SOLUTION\n    numpy = __import__(\"numpy\")\n")
+    # A plain Python function called from a kernel: refused in the notebook already, with a sentence.
+    python_helper = _triton_solution_edit(repo, "        p = tl.exp(scores - m)", "        p = weights(scores, m)")
+    python_helper = python_helper.replace("@triton.jit\n", "def weights(s, m):\n    return tl.exp(s - m)\n\n\n@triton.jit\n", 1)
+    return [
+        Cheat("rebinds-check", "a wrong attention_torch whose cell turns course.check into a no-op",
+              (Change("attention_torch", source=_WRONG_ATTENTION + "\nimport course\ncourse.check = lambda *a, **k: None\n"),),
+              # The no-op also kept the right naive_bytes_read from being recorded: it earns nothing either.
+              loses=_TORCH_TESTS + ("test_naive_bytes_read",), feedback=_CAUGHT),
+        Cheat("patches-check-engine", "a wrong naive_bytes_read whose cell makes the value check pass everything",
+              (Change("naive_bytes_read", source=_WRONG_BYTES + '''
+import course.exercises
+from course.engines import Report
+course.exercises.check_values = lambda exercise, *a, **k: Report(exercise, 4)
+'''),), loses=("test_naive_bytes_read",), feedback=_CAUGHT),
+        Cheat("patches-then-restores", "patches course.check for its wrong answer's tests, and a later answer cell "
+              "puts the real one back",
+              (Change("attention_torch", source=_WRONG_ATTENTION + "\nimport course\ncourse.real_check = course.check\n"
+                                                                 "course.check = lambda *a, **k: None\n"),
+               Change("naive_bytes_read", source=_solution_cells(repo)["naive_bytes_read"]
+                      + "\n\ncourse.check = course.real_check\n")),
+              loses=_TORCH_TESTS, feedback=_CAUGHT),
+        Cheat("patches-torch", "a wrong attention_torch whose cell makes torch report every comparison as equal",
+              (Change("attention_torch", source=_WRONG_ATTENTION + '''
+import torch
+torch.Tensor.__sub__ = lambda self, other: torch.zeros_like(self)
+torch.Tensor.sub = lambda self, other, **kw: torch.zeros_like(self)
+'''),), loses=_TORCH_TESTS, feedback=_CAUGHT),
+        Cheat("patches-builtins", "a wrong naive_bytes_read whose cell makes every comparison true",
+              (Change("naive_bytes_read", source=_WRONG_BYTES + '''
+import math
+math.isclose = lambda *a, **k: True
+'''),), loses=("test_naive_bytes_read",), feedback=_CAUGHT),
+        Cheat("triton-returns-sdpa", "leaves the Triton kernel a stub and returns PyTorch's SDPA from the wrapper",
+              (Change("naive_triton", source=_triton_with_wrapper_body(repo, sdpa)),),
+              loses=_KERNEL_TESTS, feedback=_NOT_STARTED, stub_tracks=("naive_cuda", "naive_metal")),
+        Cheat("triton-returns-oracle", "leaves the Triton kernel a stub and returns the course's float64 oracle",
+              (Change("naive_triton", source=_triton_with_wrapper_body(repo, oracle)),),
+              loses=_KERNEL_TESTS, feedback=_NOT_STARTED, stub_tracks=("naive_cuda", "naive_metal")),
+        Cheat("triton-returns-numpy", "leaves the Triton kernel a stub and computes attention with NumPy",
+              (Change("naive_triton", source=_triton_with_wrapper_body(repo, numpy)),),
+              loses=_KERNEL_TESTS, feedback=_NOT_STARTED, stub_tracks=("naive_cuda", "naive_metal")),
+        Cheat("python-inside-triton-kernel", "runs Python (an import) inside @triton.jit",
+              (Change("naive_triton", source=python_in_kernel),),
+              loses=_KERNEL_TESTS, feedback=_CAUGHT + r"[\s\S]*compiler for NVIDIA GPUs \(sm_80\) rejects",
+              stub_tracks=("naive_cuda", "naive_metal")),
+        Cheat("python-function-in-triton-kernel", "calls a plain Python function from inside @triton.jit",
+              (Change("naive_triton", source=python_helper),),
+              loses=_KERNEL_TESTS, feedback=r"calls `weights` \(line \d+\), a plain Python function",
+              stub_tracks=("naive_cuda", "naive_metal")),
+        Cheat("stale-outputs", "hands in a wrong attention_torch with the outputs of a passing run kept in the notebook",
+              (Change("attention_torch", source=_WRONG_ATTENTION),),
+              loses=_TORCH_TESTS, feedback=r"01\.attention_torch: wrong answer", stale_outputs=True),
+    ]

@@ -1,0 +1,206 @@
+"""The re-check: each test cell graded again in a sandbox where no answer cell of the learner runs.
+
+nbgrader runs the learner's notebook in one Python process, so an answer cell can rebind
+``course.check``, patch torch or the course, or replace a kernel by a wrapper around PyTorch, and
+every later test passes. After nbgrader, the grader therefore hands each submission to
+:mod:`course.recheck` in a fresh sandbox (the same confinement as the notebook's kernel, a process
+of its own) with only what each exercise asks for: the kernels of the kernel cells, the answers the
+notebook's checks recorded for the Python exercises, and the instructor's test cells. The grade of
+each test cell is what that pass finds; where it differs from the notebook's run, the report and the
+feedback say so and why.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
+
+__all__ = ["Recheck", "answer_cells", "build_job", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
+
+RECHECK_SECONDS_PER_TEST = 600.0
+
+
+@dataclass
+class Recheck:
+    """The re-check of one submission: per test cell, passed and the message; or why it did not run."""
+
+    tests: dict[str, dict] = field(default_factory=dict)
+    problem: str = ""
+    seconds: float = 0.0
+
+    def passed(self, test_cell: str) -> bool:
+        return bool(self.tests.get(test_cell, {}).get("passed"))
+
+    def message(self, test_cell: str) -> str:
+        if test_cell in self.tests:
+            return str(self.tests[test_cell].get("message", ""))
+        return self.problem or "the re-check did not reach this test"
+
+
+def _nbgrader(cell: dict) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def _source(cell: dict) -> str:
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
+def _defined_names(source: str) -> list[str]:
+    """Top-level names an instructor's Python answer cell defines (functions, classes, assignments)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def _wrapper_names(source: str) -> list[str]:
+    """Top-level functions of a Triton cell that are not kernels: the wrappers a test hands to a check."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    def is_jit(node: ast.FunctionDef) -> bool:
+        return any("jit" in ast.unparse(d) for d in node.decorator_list)
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not is_jit(n)]
+
+
+def answer_cells(source_nb: dict) -> list[dict]:
+    """Every answer cell of the instructor's notebook: its grade id, kind and the names it defines."""
+    answers = []
+    for cell in source_nb.get("cells", []):
+        meta = _nbgrader(cell)
+        if cell.get("cell_type") != "code" or not meta.get("solution") or meta.get("grade"):
+            continue
+        course = cell.get("metadata", {}).get("course", {}) or {}
+        text = _source(cell)
+        magic = str(course.get("magic", ""))
+        if magic.startswith(("%%cuda ", "%%metal ")):
+            kind, names, kernel_file = magic[2:].split()[0], [magic.split()[1]], None
+        elif str(course.get("source", "")).startswith("kernels/triton/"):
+            kind, names, kernel_file = "triton", _wrapper_names(text), course["source"]
+        else:
+            kind, names, kernel_file = "python", _defined_names(text), None
+        answers.append({"cell": meta["grade_id"], "kind": kind, "names": names, "kernel_file": kernel_file})
+    return answers
+
+
+def _recordings(graded_nb: dict, test_ids: set[str]) -> dict[str, dict]:
+    """What the test cells' checks recorded (course.recording), merged by exercise."""
+    from course.recording import MIME
+    merged: dict[str, dict] = {}
+    for cell in graded_nb.get("cells", []):
+        if _nbgrader(cell).get("grade_id") not in test_ids:
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {}) if isinstance(output, dict) else {}
+            if MIME not in data:
+                continue
+            try:
+                bundle = json.loads(data[MIME]) if isinstance(data[MIME], str) else data[MIME]
+                merged.setdefault(str(bundle["exercise"]), {}).update(dict(bundle["calls"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a malformed recording answers nothing
+    return merged
+
+
+def build_job(source_nb: dict, graded_nb: dict) -> dict:
+    """The re-check's input: instructor setup and tests, the learner's answer cells, the recordings."""
+    by_id = {_nbgrader(c).get("grade_id"): c for c in graded_nb.get("cells", []) if _nbgrader(c).get("grade_id")}
+    setup, tests = [], []
+    for cell in source_nb.get("cells", []):
+        meta = _nbgrader(cell)
+        if cell.get("cell_type") != "code":
+            continue
+        if meta.get("grade") and not meta.get("solution"):
+            tests.append({"cell": meta["grade_id"], "source": _source(cell)})
+        elif meta.get("locked") and not meta.get("solution") and not meta.get("grade"):
+            setup.append(_source(cell))
+    answers = []
+    for answer in answer_cells(source_nb):
+        handed_in = by_id.get(answer["cell"])
+        answers.append(answer | {"source": _source(handed_in) if handed_in is not None else None})
+    return {"setup": setup, "answers": answers, "tests": tests,
+            "recordings": _recordings(graded_nb, {t["cell"] for t in tests})}
+
+
+def strip_recordings(notebook: dict) -> dict:
+    """The notebook without the recordings' outputs (data for the re-check, nothing a learner reads)."""
+    from course.recording import MIME
+    for cell in notebook.get("cells", []):
+        outputs = cell.get("outputs")
+        if isinstance(outputs, list):
+            cell["outputs"] = [o for o in outputs if not (isinstance(o, dict) and MIME in o.get("data", {}))]
+    return notebook
+
+
+def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path | None,
+                time_limit: float, per_test: float = RECHECK_SECONDS_PER_TEST) -> Recheck:
+    """Run :mod:`course.recheck` on ``job`` in the sandbox (or unconfined when ``settings.isolate`` is off)."""
+    started = time.monotonic()
+    scratch = Path(scratch)
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    workdir, outdir = scratch / "work", scratch / "out"
+    workdir.mkdir(parents=True)
+    outdir.mkdir()
+    (workdir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    result = outdir / "result.json"
+    argv = [sys.executable, "-m", "course.recheck", str(workdir / "job.json"), str(result), f"{per_test:g}"]
+    if settings.isolate:
+        hand_over(outdir, sandbox_uid(workdir))
+        argv = kernel_command(argv, settings, workdir, outdir, kernels_view)
+    log = scratch / "recheck.log"
+    try:
+        with open(log, "w") as sink:
+            # A session of its own: on a timeout the whole sandbox (and any compiler it started) goes.
+            proc = subprocess.Popen(argv, cwd=workdir, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=time_limit)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+                return Recheck(problem=f"the re-check ran past {time_limit:g} s and was stopped",
+                               seconds=time.monotonic() - started)
+    except OSError as exc:
+        return Recheck(problem=f"the re-check could not start ({exc})", seconds=time.monotonic() - started)
+    if not result.exists():
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+        return Recheck(problem="the re-check stopped before it finished"
+                               + (f" ({' / '.join(tail)})" if tail else f" (exit status {proc.returncode})"),
+                       seconds=time.monotonic() - started)
+    try:
+        data = json.loads(result.read_text(encoding="utf-8"))
+    except ValueError:
+        return Recheck(problem="the re-check wrote an unreadable result", seconds=time.monotonic() - started)
+    return Recheck(tests=dict(data.get("tests", {})), seconds=time.monotonic() - started)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    import os
+    import signal
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def scratch_folder() -> Path:
+    return Path(tempfile.mkdtemp(prefix="recheck-"))

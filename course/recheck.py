@@ -1,0 +1,167 @@
+"""The grader's second pass: every test cell checked again, where no answer cell ever ran.
+
+    python -m course.recheck JOB.json RESULT.json
+
+The grader (``autograder.grade.recheck``) runs this in a sandbox of its own after nbgrader has run the
+learner's notebook, and the grade of each test cell is what this pass finds. ``JOB.json`` holds:
+
+- ``setup``: the instructor's setup cells (imports), run first;
+- ``answers``: each answer cell of the lesson, as the learner handed it in, with what it answers:
+  - ``python`` cells are never run here. Their names become :class:`course.recording.Replay` stand-ins
+    that answer from what the notebook's checks recorded (``recordings``);
+  - ``triton`` cells give only their ``@triton.jit`` functions, launched by the course's own wrapper and
+    compiled by Triton's real compiler (:mod:`course.tracks.triton_answer`);
+  - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
+    host calls) and launched by the course's own launcher;
+- ``tests``: the instructor's test cells, hidden tests included, run as written.
+
+``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_job", "main"]
+
+_LANGUAGE_SUFFIX = {"cuda": ".cu", "metal": ".metal"}
+
+
+class _TestTimeout(Exception):
+    pass
+
+
+def _kernel_module(answer: dict) -> Any:
+    """The learner's %%cuda / %%metal cell compiled for the CPU runtime, or the placeholder a failed compile leaves."""
+    from course.simt import RawModule
+    from course.simt.errors import CourseError
+    from course.simt.magic import CompileFailed
+    name, language = answer["names"][0], answer["kind"]
+    source = answer.get("source")
+    if source is None:
+        return _missing(answer)
+    first, _, body = source.partition("\n")
+    if not first.lstrip().startswith("%%"):
+        body, line = source, 1
+    else:
+        line = 2
+    try:
+        return RawModule(code=body, language=language, name=f"{name}{_LANGUAGE_SUFFIX[language]}", first_line=line,
+                         compile_now="checked")
+    except CourseError as exc:
+        return CompileFailed(name, language, error=str(exc))
+
+
+def _missing(answer: dict) -> Any:
+    from course.answers import FailedCell
+    return FailedCell(answer["names"][0], f"the answer cell {answer['cell']!r} is not in the notebook handed in")
+
+
+def _triton_functions(answer: dict) -> dict[str, Any]:
+    """The course's wrappers around the learner's kernels, by the names the instructor's cell defines."""
+    from course.answers import FailedCell
+    from course.errors import CheckFailed
+    from course.tracks.table import exercises
+    from course.tracks.triton_answer import LearnerKernels, graded_function
+    bound: dict[str, Any] = {}
+    rows = {row.entry[0]: row for row in exercises(track="triton") if row.kernel_file == answer.get("kernel_file")}
+    for name in answer["names"]:
+        if answer.get("source") is None:
+            bound[name] = _missing(answer | {"names": [name]})
+        elif name not in rows:
+            bound[name] = FailedCell(name, "no exercise grades this function")
+        else:
+            try:
+                bound[name] = graded_function(rows[name], LearnerKernels(answer["source"], f"your cell {answer['cell']!r}"))
+            except CheckFailed as exc:
+                bound[name] = FailedCell(name, str(exc))
+            except Exception as exc:  # noqa: BLE001 - e.g. the course's kernel file missing: this answer fails alone
+                bound[name] = FailedCell(name, f"the course could not build its wrapper ({type(exc).__name__}: {exc})")
+    return bound
+
+
+def _namespace(job: dict) -> dict[str, Any]:
+    import course
+    from course.recording import Replay
+    namespace: dict[str, Any] = {"__name__": "__recheck__", "course": course}
+    for cell in job.get("setup", []):
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(cell, "<setup>", "exec"), namespace)
+    recordings = job.get("recordings", {})
+    for answer in job.get("answers", []):
+        kind = answer["kind"]
+        if kind == "python":
+            for name in answer["names"]:
+                namespace[name] = Replay(name, recordings)
+        elif kind == "triton":
+            namespace.update(_triton_functions(answer))
+        else:
+            namespace[answer["names"][0]] = _kernel_module(answer)
+    return namespace
+
+
+def _message(exc: BaseException) -> str:
+    from course.answers import NotFinished
+    from course.errors import CheckFailed
+    if isinstance(exc, (CheckFailed, NotFinished, AssertionError)) and str(exc):
+        return str(exc)
+    frames = traceback.format_exception_only(type(exc), exc)
+    return "".join(frames).strip()
+
+
+def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, Any]]:
+    """Run every test of ``job``; a test cell's result is whether it raised."""
+    def on_alarm(signum, frame):
+        raise _TestTimeout()
+
+    from course import track_choice
+    track_choice.STOP_AT_FIRST_PASS = True
+    results: dict[str, dict[str, Any]] = {}
+    namespace = _namespace(job)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        for test in job.get("tests", []):
+            started = time.monotonic()
+            shown = io.StringIO()
+            signal.setitimer(signal.ITIMER_REAL, per_test_seconds)
+            try:
+                with contextlib.redirect_stdout(shown):
+                    exec(compile(test["source"], f"<test {test['cell']}>", "exec"), dict(namespace))
+                outcome = {"passed": True, "message": shown.getvalue().strip()}
+            except _TestTimeout:
+                outcome = {"passed": False, "message": f"the re-check of this test ran past {per_test_seconds:g} s"}
+            except BaseException as exc:  # noqa: BLE001 - any failure of a test cell fails that test only
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                outcome = {"passed": False, "message": _message(exc)}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            outcome["seconds"] = round(time.monotonic() - started, 2)
+            results[test["cell"]] = outcome
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) not in (2, 3):
+        print("usage: python -m course.recheck JOB.json RESULT.json [SECONDS_PER_TEST]", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    started = time.monotonic()
+    results = run_job(job, float(args[2]) if len(args) == 3 else 600.0)
+    payload = {"tests": results, "seconds": round(time.monotonic() - started, 2)}
+    Path(args[1]).write_text(json.dumps(payload), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

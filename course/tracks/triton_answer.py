@@ -1,0 +1,301 @@
+"""A learner's Triton answer, graded as a kernel: their ``@triton.jit`` functions, the course's wrapper.
+
+A Triton cell holds kernels and the Python wrapper that launches them. Only the kernels are the
+exercise; the wrapper is handed out complete. Grading the learner's own wrapper would let a function
+that returns PyTorch's result (or the course's oracle) pass without any kernel, so a check builds a
+module of its own from the cell's text:
+
+- the learner's ``@triton.jit`` functions, at the line numbers they have in the cell (every other
+  top-level statement of the cell is blanked, so nothing else the cell does runs; literal
+  constants stay, as kernels read them);
+- then the course's kernel file, minus the kernels the learner wrote: its imports, constants and
+  wrappers. A kernel the cell does not define comes from the course's file too, emptied if it holds
+  a solution, so leaving one out never borrows the course's answer;
+- then the course's decorators (``@triton.autotune`` lists included) applied to the learner's kernels.
+
+The kernels are then compiled with Triton's real compiler for an NVIDIA target
+(:func:`gate`): the interpreter runs a kernel body as plain Python, so a body that calls into
+PyTorch or NumPy would pass there although no GPU compiler accepts it.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from course.errors import CheckFailed
+from course.kernels import kernel_path
+from course.tracks.table import KernelExercise
+
+__all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped"]
+
+_JIT_NAMES = {"jit", "autotune", "heuristics"}
+_SOLUTION_MARKS = ("BEGIN SOLUTION", "(solution removed for grading)")
+_MODULE_PREFIX = "course_learner_kernels."
+
+
+def _decorator_name(node: ast.expr) -> str:
+    """``triton.jit`` / ``triton.jit(...)`` / ``jit`` → ``jit``; anything else → its text or ''."""
+    target = node.func if isinstance(node, ast.Call) else node
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return target.id if isinstance(target, ast.Name) else ""
+
+
+def _is_kernel(node: ast.stmt) -> bool:
+    return isinstance(node, ast.FunctionDef) and any(_decorator_name(d) == "jit" for d in node.decorator_list)
+
+
+def _is_literal(node: ast.expr) -> bool:
+    """An expression made only of literals (numbers, strings, arithmetic on them, ``tl.constexpr(literal)``)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _is_literal(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _is_literal(node.left) and _is_literal(node.right)
+    if isinstance(node, ast.Call) and _decorator_name(node) == "constexpr" and not node.keywords:
+        return len(node.args) == 1 and _is_literal(node.args[0])
+    return False
+
+
+def _literal_assignment(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Assign):
+        return all(isinstance(t, ast.Name) for t in node.targets) and _is_literal(node.value)
+    if isinstance(node, ast.AnnAssign):
+        return isinstance(node.target, ast.Name) and node.value is not None and _is_literal(node.value)
+    return False
+
+
+def _first_line(node: ast.stmt) -> int:
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+
+
+def _plain_signature(node: ast.FunctionDef) -> str | None:
+    """Why a kernel's signature would run code when its module loads (defaults and annotations are
+    evaluated then): None when every default is a literal and every annotation a plain name."""
+    args = node.args
+    for default in [*args.defaults, *args.kw_defaults]:
+        if default is not None and not _is_literal(default):
+            return f"a default value of `{node.name}` is not a literal (line {default.lineno})"
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+        note = getattr(arg, "annotation", None)
+        if note is not None and not all(isinstance(n, (ast.Name, ast.Attribute, ast.Load)) for n in ast.walk(note)):
+            return f"the annotation of `{arg.arg}` in `{node.name}` is not a plain name (line {note.lineno})"
+    if node.returns is not None:
+        return f"`{node.name}` has a return annotation (line {node.lineno})"
+    return None
+
+
+def _stub(node: ast.FunctionDef) -> bool:
+    """A kernel still as handed out: its body raises NotImplementedError where the solution goes."""
+    return any(isinstance(n, ast.Raise) and n.exc is not None and "NotImplementedError" in ast.unparse(n.exc)
+               for n in ast.walk(node))
+
+
+class LearnerKernels:
+    """The kernels of one cell (or file), and where they sit in it."""
+
+    def __init__(self, text: str, where: str):
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            raise CheckFailed(f"{where} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+        self.text, self.where = text, where
+        self.kernels = {n.name: n for n in tree.body if _is_kernel(n)}
+        self.kept = [n for n in tree.body if _is_kernel(n) or _literal_assignment(n)]
+        self.stubs = sorted(name for name, node in self.kernels.items() if _stub(node))
+        plain = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not _is_kernel(n)}
+        self.python_calls = [(node.name, call.func.id, call.lineno) for node in self.kernels.values()
+                             for call in ast.walk(node)
+                             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in plain]
+        self.unsafe = next((why for node in self.kernels.values() if (why := _plain_signature(node))), None)
+
+    def blanked(self) -> str:
+        """The text with everything but the kernels (undecorated) and literal constants made blank lines."""
+        lines = self.text.splitlines()
+        keep = [""] * len(lines)
+        for node in self.kept:
+            start = node.lineno  # decorators are left out: the course applies its own
+            for i in range(start - 1, node.end_lineno):
+                keep[i] = lines[i]
+        # Kernel signatures name tl.constexpr, so the imports come first, on a line that is blank
+        # anyway (the first kernel's decorator line at the latest): the learner's lines keep their numbers.
+        first = min([_first_line(n) for n in self.kernels.values()] or [1])
+        spare = next((i for i in range(first - 1) if not keep[i].strip()), None)
+        imports = "import math; import torch; import triton; import triton.language as tl"
+        if spare is None:
+            return imports + "\n" + "\n".join(keep) + "\n"
+        keep[spare] = imports
+        return "\n".join(keep) + "\n"
+
+
+def learner_kernels(fn: Callable[..., Any]) -> LearnerKernels | None:
+    """The kernels of the cell or file that defined ``fn``; None when its source cannot be read."""
+    import linecache
+    code = getattr(getattr(fn, "func", fn), "__code__", None)
+    if code is None:
+        return None
+    lines = linecache.getlines(code.co_filename)
+    if not lines and os.path.isfile(code.co_filename):
+        lines = Path(code.co_filename).read_text(encoding="utf-8").splitlines(keepends=True)
+    return LearnerKernels("".join(lines), "the cell that defines your function") if lines else None
+
+
+def _course_part(row: KernelExercise, learner: LearnerKernels) -> str:
+    """The course file with each kernel the learner wrote replaced by the course's decorators applied to
+    the learner's function (in place, so module-level code after it sees the decorated kernel), and
+    each other kernel that holds a solution replaced by a stub."""
+    text = kernel_path(row.kernel_file).read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    replaced: dict[int, tuple[int, str]] = {}  # first line (0-based) → (end line, replacement text)
+    for node in tree.body:
+        if not _is_kernel(node):
+            continue
+        start, end = _first_line(node) - 1, node.end_lineno
+        if node.name in learner.kernels:
+            expr = node.name
+            for d in reversed(node.decorator_list):
+                expr = f"({ast.get_source_segment(text, d)})({expr})"
+            replaced[start] = (end, f"{node.name} = {expr}")
+        elif any(mark in "\n".join(lines[start:end]) for mark in _SOLUTION_MARKS):
+            head = "\n".join(lines[start:node.body[0].lineno - 1])
+            indent = " " * node.body[0].col_offset
+            replaced[start] = (end, f"{head}\n{indent}raise NotImplementedError(\"{node.name} is not in your cell\")")
+    out, i = [], 0
+    for start in sorted(replaced):
+        end, text_ = replaced[start]
+        out.extend(lines[i:start])
+        out.append(text_)
+        i = end
+    out.extend(lines[i:])
+    course_names = {n.name for n in tree.body if _is_kernel(n)}
+    # The learner's own helper kernels (not in the course's file) get a plain @triton.jit, first.
+    helpers = [f"{name} = triton.jit({name})" for name in learner.kernels if name not in course_names]
+    return "\n".join(["import triton", *helpers, *out]) + "\n"
+
+
+def _module_path(source: str, row: KernelExercise) -> Path:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    folder = Path(tempfile.gettempdir()) / "course-triton-answers" / digest
+    path = folder / f"{row.stem}.py"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{row.stem}.{os.getpid()}.tmp"
+        partial.write_text(source, encoding="utf-8")
+        os.replace(partial, path)
+    return path
+
+
+def is_course_wrapped(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` already is the course's wrapper around a learner's kernels."""
+    return str(getattr(getattr(fn, "func", fn), "__module__", "")).startswith(_MODULE_PREFIX)
+
+
+def build_module_source(row: KernelExercise, learner: LearnerKernels) -> str:
+    return (f"{learner.blanked()}\n# ---- the course's kernel file, launching the kernels above ----\n"
+            f"{_course_part(row, learner)}")
+
+
+def graded_function(row: KernelExercise, learner: LearnerKernels) -> Callable[..., Any]:
+    """The course's entry function of ``row``, launching the learner's kernels."""
+    if not learner.kernels:
+        raise CheckFailed(f"{row.id}: {learner.where} defines no @triton.jit kernel. This exercise is solved by a "
+                          f"Triton kernel: the course launches yours with its own wrapper, so a function that "
+                          f"computes the result another way earns nothing.")
+    if learner.python_calls:
+        kernel, called, line = learner.python_calls[0]
+        raise CheckFailed(f"{row.id}: your kernel `{kernel}` calls `{called}` (line {line}), a plain Python function. "
+                          f"Triton's interpreter would run it, but a GPU compiler takes only @triton.jit functions "
+                          f"inside a kernel: mark `{called}` with @triton.jit (and use triton.language in it).")
+    if learner.unsafe:
+        raise CheckFailed(f"{row.id}: {learner.unsafe}: a kernel's parameters take literals and names such as "
+                          f"tl.constexpr only.")
+    source = build_module_source(row, learner)
+    path = _module_path(source, row)
+    import importlib.util
+    name = f"{_MODULE_PREFIX}{row.track}_{row.stem}_{path.parent.name}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # Triton's JIT looks functions up through their module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise CheckFailed(f"{row.id}: your kernels could not be loaded with the course's wrapper "
+                              f"({type(exc).__name__}: {exc}).") from None
+    fn = getattr(module, row.entry[0])
+    return _Graded(functools.partial(fn, **row.options) if row.options else fn, path)
+
+
+class _Graded:
+    """The graded callable; remembers the module file so the compile gate can find it."""
+
+    def __init__(self, fn: Callable[..., Any], path: Path):
+        self.fn, self.path = fn, path
+        functools.update_wrapper(self, getattr(fn, "func", fn))
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+_GATE_DTYPE = {"01": "fp32", "02": "fp32"}
+
+
+@functools.lru_cache(maxsize=64)
+def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
+    from course.tools.triton_gate import Matrix, run_gate
+    matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
+                    head_dims_by_dtype=(), causal=(False,), targets=(80,))
+    report = run_gate(matrix, kernels_dir=Path(path).parent, jobs=1, timeout=300)
+    failures = []
+    for result in report.results:
+        if not result.ok and (result.kernel in kernels or result.kernel.startswith("<")):
+            failures.append(f"{result.kernel}: {result.error.strip()}")
+    if not report.results:
+        failures.append("<gate>: the compiler ran nothing")
+    return tuple(failures)
+
+
+def _explain(failure: str, learner: LearnerKernels) -> str:
+    """A compiler failure as the learner's line and the compiler's last word on it."""
+    import re
+    lines = [line for line in failure.splitlines() if line.strip()]
+    found = re.match(r"(\w+): \w+: at (\d+):(\d+):", lines[0]) if lines else None
+    if not found or found.group(1) not in learner.kernels:
+        return "\n    ".join(lines[-6:])
+    node = learner.kernels[found.group(1)]
+    number = node.lineno + int(found.group(2)) - 1
+    source = learner.text.splitlines()
+    quoted = source[number - 1].strip() if 0 < number <= len(source) else ""
+    return f"line {number}: `{quoted}`\n    {lines[-1].strip()}"
+
+
+def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernels) -> None:
+    """Compile the learner's kernels with Triton's real compiler (sm_80); CheckFailed if it refuses them.
+
+    Runs before the interpreter does: there a kernel's body is Python, and only a body the compiler
+    accepts is nothing but Triton."""
+    path = getattr(graded, "path", None)
+    if path is None:
+        return
+    if learner.stubs:
+        raise CheckFailed(f"{row.id}: not implemented yet: {', '.join(learner.stubs)} still raises NotImplementedError.\n"
+                          f"  hint: replace the `raise NotImplementedError()` line with your solution.")
+    failures = _gate_failures(str(path), row.stem, row.lesson, tuple(sorted(learner.kernels)))
+    if failures:
+        text = "    " + _explain(failures[0], learner)
+        raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_80) rejects your kernel, so it was not "
+                          f"run:\n{text}\n"
+                          f"  The interpreter runs a kernel's body as Python, so calls into PyTorch, NumPy or any "
+                          f"other Python inside @triton.jit work there and nowhere else. Inside a kernel, use "
+                          f"triton.language operations and other @triton.jit functions only.")
