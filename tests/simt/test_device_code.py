@@ -125,6 +125,28 @@ __global__ void fine(float* x) {
     assert x[0] == pytest.approx(2.0)
 
 
+def test_what_g_plus_plus_emits_for_legal_device_code_is_allowed():
+    """libgcc helpers (__popcll without POPCNT, 128-bit division), virtual functions, a __shared__ object
+    with a destructor: none of them is a call the kernel makes, and none may be refused."""
+    source = r"""
+struct Base { __device__ virtual float f(float x) const { return x; } __device__ virtual ~Base() {} };
+struct Twice : Base { __device__ float f(float x) const override { return 2 * x; } };
+struct Thrice : Base { __device__ float f(float x) const override { return 3 * x; } };
+struct Acc { float v; __device__ ~Acc() { v = 0; } };
+__device__ float apply(const Base* b, float x) { return b->f(x); }
+__global__ void legal(float* x, long long* n, int which) {
+    __shared__ Acc acc[1];
+    Twice two;
+    Thrice three;
+    acc[0].v = apply(which ? (const Base*)&two : (const Base*)&three, x[0]);
+    __int128 wide = n[0];
+    n[1] = (long long)(wide * n[0] / n[2]) + __popcll((unsigned long long)n[3]);
+    x[0] = acc[0].v;
+}"""
+    for build in ("fast", "checked"):
+        RawModule(code=source, name="legal.cu", compile_now=build)
+
+
 def test_symbols_are_named_without_templates_parameters_or_inline_namespaces():
     assert qualified_name("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >"
                           "::_M_create(unsigned long&, unsigned long)") == "std::basic_string::_M_create"
@@ -133,6 +155,7 @@ def test_symbols_are_named_without_templates_parameters_or_inline_namespaces():
     assert qualified_name("std::basic_ostream<char>& std::operator<< <std::char_traits<char> >"
                           "(std::basic_ostream<char>&, char const*)") == "std::operator<<"
     assert qualified_name("void simt::helper<int>(int)") == "simt::helper"
+    assert qualified_name("vtable for __cxxabiv1::__si_class_type_info") == "vtable for __cxxabiv1::__si_class_type_info"
     assert qualified_name("fopen") == "fopen"
 
 

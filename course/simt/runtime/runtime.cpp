@@ -11,10 +11,10 @@
 // Inside the child, each block's threads are fibers. A fiber runs until it reaches a barrier, a warp
 // collective or its end, and the scheduler picks the next one (in order, or at random with a seed).
 // Barriers check that every thread arrives at the same one, and that no thread left the kernel past it
-// (synccheck). Builds with -fsanitize=thread
-// call the __tsan_* hooks below on every memory access of the kernel: those implement memcheck
-// (bounds, alignment, const) and racecheck (two threads touching one address with no barrier between,
-// or two blocks with no atomic), and let random schedules switch threads at memory accesses.
+// (synccheck). Builds with -fsanitize=thread call the __tsan_* hooks below on every memory access of
+// the kernel: those implement memcheck (bounds, alignment, const) and racecheck (two threads touching
+// one address with no barrier between, or two blocks with no atomic), and let random schedules switch
+// threads at memory accesses.
 #include <csetjmp>
 #include <csignal>
 #include <cstdarg>
