@@ -111,8 +111,9 @@ class LearnerKernels:
         self.kept = [n for n in tree.body if _is_kernel(n) or _literal_assignment(n)]
         self.stubs = sorted(name for name, node in self.kernels.items() if _stub(node))
         plain = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not _is_kernel(n)}
+        # The body only: decorators (an autotune list built by a Python function) run on the host.
         self.python_calls = [(node.name, call.func.id, call.lineno) for node in self.kernels.values()
-                             for call in ast.walk(node)
+                             for statement in node.body for call in ast.walk(statement)
                              if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in plain]
         self.unsafe = next((why for node in self.kernels.values() if (why := _plain_signature(node))), None)
 
