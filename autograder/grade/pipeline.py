@@ -52,6 +52,7 @@ class StudentResult:
     wall_seconds: float | None = None  # time nbgrader and the re-check took for this student
     recheck: list[str] = field(default_factory=list)  # test cells whose grade the re-check changed, and why
     recheck_seconds: float | None = None
+    not_rechecked: list[str] = field(default_factory=list)  # test cells the re-check cannot judge: grade as run
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,8 @@ def _apply_recheck(course: CourseDir, assignment: str, student: str, notebook_st
             try:
                 grade = gb.find_grade(test.grade_id, notebook_stem, assignment, student)
             except MissingEntry:
+                continue
+            if test.grade_id in recheck.kept:
                 continue
             earned = test.points if recheck.passed(test.grade_id) else 0.0
             before = float(grade.score or 0.0)
@@ -347,6 +350,7 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
             result.recheck = changes.get(student, [])
             if runs[student].recheck is not None:
                 result.recheck_seconds = runs[student].recheck.seconds
+                result.not_rechecked = list(runs[student].recheck.kept)
             if result.recheck:
                 result.status += f"; the re-check changed {len(result.recheck)} test grade{'s' * (len(result.recheck) != 1)}"
             scores = _scores(course, assignment, student, set(test_ids))

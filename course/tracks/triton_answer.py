@@ -252,12 +252,22 @@ class _Graded:
 _GATE_DTYPE = {"01": "fp32", "02": "fp32"}
 
 
+@functools.lru_cache(maxsize=1)
+def _compile_server():
+    """One compile server per process, stopped when the process ends (course.tools.triton_gate)."""
+    import atexit
+    from course.tools.triton_gate import CompileServer
+    server = CompileServer()
+    atexit.register(server.close)
+    return server
+
+
 @functools.lru_cache(maxsize=64)
 def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
-    from course.tools.triton_gate import Matrix, run_gate
+    from course.tools.triton_gate import Matrix
     matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
                     head_dims_by_dtype=(), causal=(False,), targets=(80,))
-    report = run_gate(matrix, kernels_dir=Path(path).parent, jobs=1, timeout=300)
+    report = _compile_server().gate(matrix, Path(path).parent, timeout=300)
     failures = []
     for result in report.results:
         if not result.ok and (result.kernel in kernels or result.kernel.startswith("<")):
