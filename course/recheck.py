@@ -93,6 +93,9 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
 def _namespace(job: dict) -> dict[str, Any]:
     import course
     from course.recording import Replay
+    if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
+        from course.tracks.triton_answer import compile_server
+        compile_server().warm()  # its start-up (a Python and a Triton import) overlaps the setup cells
     namespace: dict[str, Any] = {"__name__": "__recheck__", "course": course}
     for cell in job.get("setup", []):
         with contextlib.redirect_stdout(io.StringIO()):

@@ -200,17 +200,15 @@ def _apply_recheck(course: CourseDir, assignment: str, student: str, notebook_st
                 grade = gb.find_grade(test.grade_id, notebook_stem, assignment, student)
             except MissingEntry:
                 continue
-            if test.grade_id in recheck.kept:
+            if test.grade_id in recheck.kept or test.grade_id in recheck.failed_before:
                 continue
             earned = test.points if recheck.passed(test.grade_id) else 0.0
             before = float(grade.score or 0.0)
-            if abs(before - earned) < 1e-9:
-                continue
+            if earned >= before - 1e-9:
+                continue  # the re-check only takes points away
             grade.manual_score = earned
-            how = "failed in the notebook's run but passed" if earned > before else "passed in the notebook's run but failed"
-            reason = recheck.message(test.grade_id) if earned < before else ""
-            changes.append(f"{test.grade_id}: {how} when re-checked, {earned:g} of {test.points:g} points"
-                           + (f": {reason}" if reason else ""))
+            changes.append(f"{test.grade_id}: passed in the notebook's run but failed when re-checked, {earned:g} of "
+                           f"{test.points:g} points: {recheck.message(test.grade_id)}")
         gb.db.commit()
     return changes
 

@@ -36,7 +36,10 @@ class Recheck:
     problem: str = ""
     seconds: float = 0.0
     kept: tuple[str, ...] = ()
-    """Test cells the re-check does not judge (see :func:`grades_through_course`): the notebook's grade stands."""
+    """Test cells the re-check cannot judge (see :func:`grades_through_course`): the notebook's grade stands."""
+    failed_before: tuple[str, ...] = ()
+    """Test cells that failed in the notebook's run: they earned nothing there, and the re-check only takes
+    points away, so it does not run them again."""
 
     def passed(self, test_cell: str) -> bool:
         return bool(self.tests.get(test_cell, {}).get("passed"))
@@ -139,28 +142,37 @@ def grades_through_course(test_source: str) -> bool:
                for node in ast.walk(tree))
 
 
+def _failed(cell: dict | None) -> bool:
+    """Whether a graded test cell failed in the notebook's run (nbgrader gives a cell with an error no points)."""
+    outputs = cell.get("outputs", []) if isinstance(cell, dict) else []
+    return any(isinstance(o, dict) and o.get("output_type") == "error" for o in outputs)
+
+
 def build_job(source_nb: dict, graded_nb: dict) -> dict:
     """The re-check's input: instructor setup and tests, the learner's answer cells, the recordings.
 
-    ``kept`` lists the test cells that do not grade through the course: they keep the notebook's grade."""
+    Only tests that passed in the notebook's run are re-checked: ``kept`` lists those that do not grade
+    through the course (the notebook's grade stands), ``failed_before`` those that failed there."""
     by_id = {_nbgrader(c).get("grade_id"): c for c in graded_nb.get("cells", []) if _nbgrader(c).get("grade_id")}
-    setup, tests, kept = [], [], []
+    setup, tests, kept, failed_before = [], [], [], []
     for cell in source_nb.get("cells", []):
         meta = _nbgrader(cell)
         if cell.get("cell_type") != "code":
             continue
         if meta.get("grade") and not meta.get("solution"):
-            if grades_through_course(_source(cell)):
-                tests.append({"cell": meta["grade_id"], "source": _source(cell)})
-            else:
+            if not grades_through_course(_source(cell)):
                 kept.append(meta["grade_id"])
+            elif _failed(by_id.get(meta["grade_id"])):
+                failed_before.append(meta["grade_id"])
+            else:
+                tests.append({"cell": meta["grade_id"], "source": _source(cell)})
         elif meta.get("locked") and not meta.get("solution") and not meta.get("grade"):
             setup.append(_source(cell))
     answers = []
     for answer in answer_cells(source_nb):
         handed_in = by_id.get(answer["cell"])
         answers.append(answer | {"source": _source(handed_in) if handed_in is not None else None})
-    return {"setup": setup, "answers": answers, "tests": tests, "kept": kept,
+    return {"setup": setup, "answers": answers, "tests": tests, "kept": kept, "failed_before": failed_before,
             "recordings": _recordings(graded_nb, {t["cell"] for t in tests})}
 
 
@@ -177,10 +189,10 @@ def strip_recordings(notebook: dict) -> dict:
 def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path | None,
                 time_limit: float, per_test: float = RECHECK_SECONDS_PER_TEST) -> Recheck:
     """Run :mod:`course.recheck` on ``job`` in the sandbox (or unconfined when ``settings.isolate`` is off)."""
-    if not job.get("tests"):
-        return Recheck(kept=tuple(job.get("kept", ())))  # nothing to judge: no sandbox to start
+    if not job.get("tests"):  # nothing to judge: no sandbox to start
+        return Recheck(kept=tuple(job.get("kept", ())), failed_before=tuple(job.get("failed_before", ())))
     result = _run(job, Path(scratch), settings, kernels_view, time_limit, per_test)
-    result.kept = tuple(job.get("kept", ()))
+    result.kept, result.failed_before = tuple(job.get("kept", ())), tuple(job.get("failed_before", ()))
     return result
 
 

@@ -712,6 +712,12 @@ class CompileServer:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
 
+    def warm(self) -> None:
+        """Start the worker now, so that its start-up overlaps other work before the first gate."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+
     def gate(self, matrix: Matrix, kernels_dir: str | os.PathLike, timeout: float) -> GateReport:
         """Compile ``matrix`` from ``kernels_dir``; a server that hangs past ``timeout`` is stopped and replaced."""
         import selectors

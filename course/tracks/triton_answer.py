@@ -32,7 +32,7 @@ from course.errors import CheckFailed
 from course.kernels import kernel_path
 from course.tracks.table import KernelExercise
 
-__all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped"]
+__all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped", "compile_server"]
 
 _JIT_NAMES = {"jit", "autotune", "heuristics"}
 _SOLUTION_MARKS = ("BEGIN SOLUTION", "(solution removed for grading)")
@@ -253,7 +253,7 @@ _GATE_DTYPE = {"01": "fp32", "02": "fp32"}
 
 
 @functools.lru_cache(maxsize=1)
-def _compile_server():
+def compile_server():
     """One compile server per process, stopped when the process ends (course.tools.triton_gate)."""
     import atexit
     from course.tools.triton_gate import CompileServer
@@ -267,7 +267,7 @@ def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) 
     from course.tools.triton_gate import Matrix
     matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
                     head_dims_by_dtype=(), causal=(False,), targets=(80,))
-    report = _compile_server().gate(matrix, Path(path).parent, timeout=300)
+    report = compile_server().gate(matrix, Path(path).parent, timeout=300)
     failures = []
     for result in report.results:
         if not result.ok and (result.kernel in kernels or result.kernel.startswith("<")):

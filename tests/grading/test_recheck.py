@@ -131,3 +131,15 @@ def test_the_job_takes_answers_from_the_handed_in_notebook_and_recordings_from_t
 def test_a_replay_outside_any_check_refuses() -> None:
     with pytest.raises(Exception, match="rather than through course.check"):
         Replay("f", {})(1)
+
+
+def test_tests_that_failed_in_the_notebook_are_not_run_again(repo: Path) -> None:
+    """The re-check only takes points away, so a test with no points to lose costs it nothing."""
+    source = json.loads((repo / "solutions" / LESSON / f"{LESSON}.ipynb").read_text(encoding="utf-8"))
+    graded = json.loads(json.dumps(source))
+    for cell in graded["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "test_naive_kernel":
+            cell["outputs"] = [{"output_type": "error", "ename": "CheckFailed", "evalue": "", "traceback": []}]
+    job = build_job(source, graded)
+    assert job["failed_before"] == ["test_naive_kernel"]
+    assert "test_naive_kernel" not in {t["cell"] for t in job["tests"]}
