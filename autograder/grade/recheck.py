@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
+from course.processes import stop_group
 
 __all__ = ["Recheck", "answer_cells", "build_job", "grades_through_course", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
 
@@ -219,7 +220,7 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
             try:
                 proc.wait(timeout=time_limit)
             except subprocess.TimeoutExpired:
-                _kill(proc)
+                stop_group(proc)
                 return Recheck(problem=f"the re-check ran past {time_limit:g} s and was stopped",
                                seconds=time.monotonic() - started)
     except OSError as exc:
@@ -234,16 +235,6 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     except ValueError:
         return Recheck(problem="the re-check wrote an unreadable result", seconds=time.monotonic() - started)
     return Recheck(tests=dict(data.get("tests", {})), seconds=time.monotonic() - started)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    import os
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
 
 
 def scratch_folder() -> Path:

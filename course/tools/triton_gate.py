@@ -45,6 +45,7 @@ __all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateRep
            "main"]
 
 from course.paths import KERNELS, REPO
+from course.processes import stop_group
 from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
 from course.tracks.table import exercises
 
@@ -202,7 +203,7 @@ def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None 
                 try:
                     proc.wait(timeout=left)
                 except subprocess.TimeoutExpired:
-                    _stop(proc)
+                    stop_group(proc)
                     results.append(Result("-", "<worker>", error=f"a compile worker ran past the {timeout:.0f} s limit "
                                                                  "and was stopped; the results it had are listed"))
                 if out.exists():  # one JSON line per finished compile: a stopped worker keeps its results
@@ -215,20 +216,10 @@ def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None 
         finally:
             for proc, _, log in procs:
                 if proc.poll() is None:
-                    _stop(proc)
+                    stop_group(proc)
                 log.close()
     results.sort(key=_sort_key)
     return GateReport(results, time.monotonic() - start)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Kill a worker and whatever it started (its own process group)."""
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
 
 
 def _sort_key(r: Result):
@@ -747,7 +738,7 @@ class CompileServer:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            _stop(proc)
+            stop_group(proc)
 
 
 # ================================================================================================
