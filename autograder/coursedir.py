@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from autograder import REPO_ROOT
 from autograder.sandbox.bubblewrap import SandboxSettings
+from course.processes import stop_group
 
 __all__ = ["COURSE_ID", "KERNELS_VIEW", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
 
@@ -120,7 +120,7 @@ class CourseDir:
             log, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
+            stop_group(process)
             log, _ = process.communicate()
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)

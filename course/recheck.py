@@ -9,8 +9,8 @@ learner's notebook, and the grade of each test cell is what this pass finds. ``J
 - ``answers``: each answer cell of the lesson, as the learner handed it in, with what it answers:
   - ``python`` cells are never run here. Their names become :class:`course.recording.Replay` stand-ins
     that answer from what the notebook's checks recorded (``recordings``);
-  - ``triton`` cells give only their ``@triton.jit`` functions, launched by the course's own wrapper and
-    compiled by Triton's real compiler (:mod:`course.tracks.triton_answer`);
+  - ``triton`` cells give only their ``@triton.jit`` functions, which Triton's real compiler must accept
+    before the course's own wrapper launches them (:mod:`course.tracks.triton_answer`);
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
     host calls) and launched by the course's own launcher;
 - ``tests``: the instructor's test cells, hidden tests included, run as written.
@@ -69,7 +69,7 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
     from course.answers import FailedCell
     from course.errors import CheckFailed
     from course.tracks.table import exercises
-    from course.tracks.triton_answer import LearnerKernels, graded_function
+    from course.tracks.triton_answer import LearnerKernels, gate, graded_function
     bound: dict[str, Any] = {}
     rows = {row.entry[0]: row for row in exercises(track="triton") if row.kernel_file == answer.get("kernel_file")}
     for name in answer["names"]:
@@ -79,7 +79,10 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
             bound[name] = FailedCell(name, "no exercise grades this function")
         else:
             try:
-                bound[name] = graded_function(rows[name], LearnerKernels(answer["source"], f"your cell {answer['cell']!r}"))
+                learner = LearnerKernels(answer["source"], f"your cell {answer['cell']!r}")
+                bound[name] = graded_function(rows[name], learner)
+                # Before any test runs a kernel: on the interpreter its body is Python that could reach this process.
+                gate(rows[name], bound[name], learner)
             except CheckFailed as exc:
                 bound[name] = FailedCell(name, str(exc))
             except Exception as exc:  # noqa: BLE001 - e.g. the course's kernel file missing: this answer fails alone
@@ -90,6 +93,9 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
 def _namespace(job: dict) -> dict[str, Any]:
     import course
     from course.recording import Replay
+    if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
+        from course.tracks.triton_answer import compile_server
+        compile_server().warm()  # its start-up (a Python and a Triton import) overlaps the setup cells
     namespace: dict[str, Any] = {"__name__": "__recheck__", "course": course}
     for cell in job.get("setup", []):
         with contextlib.redirect_stdout(io.StringIO()):
@@ -121,8 +127,12 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     def on_alarm(signum, frame):
         raise _TestTimeout()
 
+    import os
     from course import track_choice
     track_choice.STOP_AT_FIRST_PASS = True
+    # The grader's environment says "autograde", which tells the notebook's checks to record and skip the
+    # compiler; here is where the compiler runs and the recordings are read.
+    os.environ.pop("NBGRADER_EXECUTION", None)
     results: dict[str, dict[str, Any]] = {}
     namespace = _namespace(job)
     previous = signal.signal(signal.SIGALRM, on_alarm)

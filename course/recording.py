@@ -151,8 +151,11 @@ class Replay:
         return Replay(self.name, self.recordings, exercise)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        calls = self.recordings.get(self.exercise or "", {})
-        answer = calls.get(call_key(self.exercise or "", args, kwargs))
+        if self.exercise is None:
+            raise RecordedError(f"this test calls `{self.name}` itself rather than through course.check, so the "
+                                f"re-check has no answer for it: the grader's tests must go through the course's checks")
+        calls = self.recordings.get(self.exercise, {})
+        answer = calls.get(call_key(self.exercise, args, kwargs))
         if answer is None:
             raise RecordedError(f"the notebook holds no answer of `{self.name}` for this input: the check that should "
                                 f"have recorded it did not run, or did not run as the course wrote it")

@@ -52,6 +52,7 @@ class StudentResult:
     wall_seconds: float | None = None  # time nbgrader and the re-check took for this student
     recheck: list[str] = field(default_factory=list)  # test cells whose grade the re-check changed, and why
     recheck_seconds: float | None = None
+    not_rechecked: list[str] = field(default_factory=list)  # test cells the re-check cannot judge: grade as run
 
 
 @dataclass(frozen=True)
@@ -199,15 +200,15 @@ def _apply_recheck(course: CourseDir, assignment: str, student: str, notebook_st
                 grade = gb.find_grade(test.grade_id, notebook_stem, assignment, student)
             except MissingEntry:
                 continue
+            if test.grade_id in recheck.kept or test.grade_id in recheck.failed_before:
+                continue
             earned = test.points if recheck.passed(test.grade_id) else 0.0
             before = float(grade.score or 0.0)
-            if abs(before - earned) < 1e-9:
-                continue
+            if earned >= before - 1e-9:
+                continue  # the re-check only takes points away
             grade.manual_score = earned
-            how = "failed in the notebook's run but passed" if earned > before else "passed in the notebook's run but failed"
-            reason = recheck.message(test.grade_id) if earned < before else ""
-            changes.append(f"{test.grade_id}: {how} when re-checked, {earned:g} of {test.points:g} points"
-                           + (f": {reason}" if reason else ""))
+            changes.append(f"{test.grade_id}: passed in the notebook's run but failed when re-checked, {earned:g} of "
+                           f"{test.points:g} points: {recheck.message(test.grade_id)}")
         gb.db.commit()
     return changes
 
@@ -347,6 +348,7 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
             result.recheck = changes.get(student, [])
             if runs[student].recheck is not None:
                 result.recheck_seconds = runs[student].recheck.seconds
+                result.not_rechecked = list(runs[student].recheck.kept)
             if result.recheck:
                 result.status += f"; the re-check changed {len(result.recheck)} test grade{'s' * (len(result.recheck) != 1)}"
             scores = _scores(course, assignment, student, set(test_ids))

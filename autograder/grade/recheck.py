@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
+from course.processes import stop_group
 
-__all__ = ["Recheck", "answer_cells", "build_job", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
+__all__ = ["Recheck", "answer_cells", "build_job", "grades_through_course", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
 
 RECHECK_SECONDS_PER_TEST = 600.0
 
@@ -35,6 +36,11 @@ class Recheck:
     tests: dict[str, dict] = field(default_factory=dict)
     problem: str = ""
     seconds: float = 0.0
+    kept: tuple[str, ...] = ()
+    """Test cells the re-check cannot judge (see :func:`grades_through_course`): the notebook's grade stands."""
+    failed_before: tuple[str, ...] = ()
+    """Test cells that failed in the notebook's run: they earned nothing there, and the re-check only takes
+    points away, so it does not run them again."""
 
     def passed(self, test_cell: str) -> bool:
         return bool(self.tests.get(test_cell, {}).get("passed"))
@@ -94,7 +100,8 @@ def answer_cells(source_nb: dict) -> list[dict]:
         if magic.startswith(("%%cuda ", "%%metal ")):
             kind, names, kernel_file = magic[2:].split()[0], [magic.split()[1]], None
         elif str(course.get("source", "")).startswith("kernels/triton/"):
-            kind, names, kernel_file = "triton", _wrapper_names(text), course["source"]
+            # ``course.source`` may name the function too (``kernels/triton/02_online_softmax.py#merge``).
+            kind, names, kernel_file = "triton", _wrapper_names(text), str(course["source"]).partition("#")[0]
         else:
             kind, names, kernel_file = "python", _defined_names(text), None
         answers.append({"cell": meta["grade_id"], "kind": kind, "names": names, "kernel_file": kernel_file})
@@ -120,23 +127,53 @@ def _recordings(graded_nb: dict, test_ids: set[str]) -> dict[str, dict]:
     return merged
 
 
+def grades_through_course(test_source: str) -> bool:
+    """Whether a test cell grades through the course (calls ``course.check`` or another ``course.`` function).
+
+    Only such a test can be re-checked: it hands the learner's function to a check, which the re-check
+    answers from the recording. A test that calls the learner's code itself (``assert add(1, 2) == 3``)
+    would have to run that code in the test's process, which is what the re-check exists to avoid, so
+    it keeps the notebook's grade and the report says so."""
+    try:
+        tree = ast.parse(test_source)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and isinstance(node.func.value, ast.Name) and node.func.value.id == "course"
+               for node in ast.walk(tree))
+
+
+def _failed(cell: dict | None) -> bool:
+    """Whether a graded test cell failed in the notebook's run (nbgrader gives a cell with an error no points)."""
+    outputs = cell.get("outputs", []) if isinstance(cell, dict) else []
+    return any(isinstance(o, dict) and o.get("output_type") == "error" for o in outputs)
+
+
 def build_job(source_nb: dict, graded_nb: dict) -> dict:
-    """The re-check's input: instructor setup and tests, the learner's answer cells, the recordings."""
+    """The re-check's input: instructor setup and tests, the learner's answer cells, the recordings.
+
+    Only tests that passed in the notebook's run are re-checked: ``kept`` lists those that do not grade
+    through the course (the notebook's grade stands), ``failed_before`` those that failed there."""
     by_id = {_nbgrader(c).get("grade_id"): c for c in graded_nb.get("cells", []) if _nbgrader(c).get("grade_id")}
-    setup, tests = [], []
+    setup, tests, kept, failed_before = [], [], [], []
     for cell in source_nb.get("cells", []):
         meta = _nbgrader(cell)
         if cell.get("cell_type") != "code":
             continue
         if meta.get("grade") and not meta.get("solution"):
-            tests.append({"cell": meta["grade_id"], "source": _source(cell)})
+            if not grades_through_course(_source(cell)):
+                kept.append(meta["grade_id"])
+            elif _failed(by_id.get(meta["grade_id"])):
+                failed_before.append(meta["grade_id"])
+            else:
+                tests.append({"cell": meta["grade_id"], "source": _source(cell)})
         elif meta.get("locked") and not meta.get("solution") and not meta.get("grade"):
             setup.append(_source(cell))
     answers = []
     for answer in answer_cells(source_nb):
         handed_in = by_id.get(answer["cell"])
         answers.append(answer | {"source": _source(handed_in) if handed_in is not None else None})
-    return {"setup": setup, "answers": answers, "tests": tests,
+    return {"setup": setup, "answers": answers, "tests": tests, "kept": kept, "failed_before": failed_before,
             "recordings": _recordings(graded_nb, {t["cell"] for t in tests})}
 
 
@@ -153,8 +190,16 @@ def strip_recordings(notebook: dict) -> dict:
 def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path | None,
                 time_limit: float, per_test: float = RECHECK_SECONDS_PER_TEST) -> Recheck:
     """Run :mod:`course.recheck` on ``job`` in the sandbox (or unconfined when ``settings.isolate`` is off)."""
+    if not job.get("tests"):  # nothing to judge: no sandbox to start
+        return Recheck(kept=tuple(job.get("kept", ())), failed_before=tuple(job.get("failed_before", ())))
+    result = _run(job, Path(scratch), settings, kernels_view, time_limit, per_test)
+    result.kept, result.failed_before = tuple(job.get("kept", ())), tuple(job.get("failed_before", ()))
+    return result
+
+
+def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path | None, time_limit: float,
+         per_test: float) -> Recheck:
     started = time.monotonic()
-    scratch = Path(scratch)
     if scratch.exists():
         shutil.rmtree(scratch)
     workdir, outdir = scratch / "work", scratch / "out"
@@ -175,7 +220,7 @@ def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_vie
             try:
                 proc.wait(timeout=time_limit)
             except subprocess.TimeoutExpired:
-                _kill(proc)
+                stop_group(proc)
                 return Recheck(problem=f"the re-check ran past {time_limit:g} s and was stopped",
                                seconds=time.monotonic() - started)
     except OSError as exc:
@@ -190,16 +235,6 @@ def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_vie
     except ValueError:
         return Recheck(problem="the re-check wrote an unreadable result", seconds=time.monotonic() - started)
     return Recheck(tests=dict(data.get("tests", {})), seconds=time.monotonic() - started)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    import os
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
 
 
 def scratch_folder() -> Path:

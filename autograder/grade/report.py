@@ -22,12 +22,21 @@ def _seconds(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
+def _recheck(r: "StudentResult") -> str:
+    """The re-check's column: each grade it changed and why, and the test cells it could not judge."""
+    notes = list(r.recheck)
+    if r.not_rechecked:
+        notes.append("not re-checked, the notebook's grade stands (no course.check in the test): "
+                     + ", ".join(r.not_rechecked))
+    return " | ".join(notes)
+
+
 def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, test_ids: Sequence[str]) -> None:
     """One row per student; one column per graded test cell, blank where the student was not graded.
 
     ``tier`` is the execution tier the notebook was graded on, ``crashes`` how many times its
     kernel crashed or had to be killed (``crash_details`` says where), ``seconds`` the wall time
-    its grading took.
+    its grading took (``recheck_seconds`` the re-check's share); ``recheck`` what the re-check changed.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as handle:
@@ -36,7 +45,7 @@ def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, t
         for r in results:
             graded = r.wall_seconds is not None
             writer.writerow([r.student_id, assignment, _number(r.score), _number(r.max_score), r.status,
-                             r.tier, len(r.crashes) if graded else "", "; ".join(r.crashes), " | ".join(r.recheck),
+                             r.tier, len(r.crashes) if graded else "", "; ".join(r.crashes), _recheck(r),
                              _seconds(r.wall_seconds), _seconds(r.recheck_seconds),
                              *(_number(r.cells.get(test_id)) for test_id in test_ids)])
 

@@ -69,6 +69,25 @@ def check_kernel_cells() -> None:
                            + "; run `python -m course sync`, then release again.")
 
 
+def check_test_cells(solutions: Path, assignments: Iterable[str]) -> None:
+    """Fail when a test cell of the course's own lessons does not grade through the course: the grader's
+    re-check (autograder/grade/recheck.py) could not judge it, so a submission could forge its grade."""
+    from autograder.grade.recheck import grades_through_course
+    loose = []
+    for assignment in assignments:
+        for path in sorted((solutions / assignment).glob("*.ipynb")):
+            for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8")).get("cells", [])):
+                meta = cell.get("metadata", {}).get("nbgrader", {})
+                source = cell.get("source", "")
+                source = "".join(source) if isinstance(source, list) else source
+                if meta.get("grade") and not meta.get("solution") and not grades_through_course(source):
+                    loose.append(f"{assignment}/{path.name} {_cell_name(cell, index)}")
+    if loose:
+        raise ReleaseError("these test cells do not call course.check (or another course function), so the "
+                           "grader cannot re-check them where the learner's code never ran: " + ", ".join(loose)
+                           + ". Grade through course.check.")
+
+
 def _cell_name(cell: dict[str, Any], index: int) -> str:
     grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
     return f"cell {index} ('{grade_id}')" if grade_id else f"cell {index}"
@@ -207,6 +226,7 @@ def release(assignments: Iterable[str] | None = None, *, solutions: Path = SOLUT
         kernel_sync = solutions == SOLUTIONS_DIR.resolve()  # course.tools.sync knows the repository's notebooks only
     if kernel_sync:
         check_kernel_cells()
+        check_test_cells(solutions, chosen)
     build_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=build_dir, prefix="release-") as workspace:
         built = build_release(chosen, solutions, Path(workspace))

@@ -1,10 +1,11 @@
 """Compile a ``.cu`` or ``.metal`` file for the CPU SIMT runtime.
 
-The learner's text is compiled by g++ unchanged, with three exceptions that are not C++: Metal's
-kernel-scope ``threadgroup T x[N];`` declarations become ``thread_local`` (one copy per running block),
+The learner's text is compiled by g++ unchanged, with a few exceptions: Metal's kernel-scope
+``threadgroup T x[N];`` declarations become ``thread_local`` (one copy per running block); each
+``return;`` of a kernel's own body also tells the runtime its line (synccheck's divergent-barrier rule);
 and for each kernel a small entry point is generated after the source (``__simt_entry_<name>``) that
 the runtime calls once per thread. A ``#line`` directive keeps every diagnostic pointing at the
-learner's own file and line.
+learner's own file and line. Host code is refused before and after g++ runs (device_code.py).
 
 Two builds exist: *fast* (``-O2``) and *checked* (``-O1 -fsanitize=thread``), where every memory access
 of the kernel calls into the runtime's memcheck/racecheck. Builds are cached by a hash of everything
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import CourseError, quote_diagnostics
+from .device_code import policy_digest, refuse_host_symbols, refuse_host_text
+from .errors import CourseError, quote_diagnostics, quote_lines
 
 __all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime"]
 
@@ -203,17 +205,70 @@ def _metal_threadgroup_declarations(source: str) -> str:
     return "".join(out)
 
 
+@dataclass
+class KernelBody:
+    name: str
+    open: int   # offset of the body's `{` in the source
+    close: int  # offset of its `}`
+
+
+def kernel_bodies(source: str, language: str) -> list[KernelBody]:
+    """The body of every kernel defined in ``source`` (templates included; prototypes have none)."""
+    text = _blank_comments(source)
+    pattern = _CUDA_KERNEL if language == "cuda" else _METAL_KERNEL
+    bodies = []
+    for m in pattern.finditer(text):
+        try:
+            brace = re.compile(r"[{;]").search(text, _matching(text, m.end() - 1))
+            if brace and brace.group() == "{":
+                bodies.append(KernelBody(m.group(4) if language == "cuda" else m.group(2), brace.start(),
+                                         _matching(text, brace.start(), "{", "}")))
+        except KernelCompileError:  # unbalanced: g++ says where
+            continue
+    return bodies
+
+
+_VOID_RETURN = re.compile(r"\breturn(?=\s*;)")
+# A lambda's body inside a kernel: `](...) mutable -> T {` (an attribute's `]]` is not one).
+_LAMBDA_BODY = re.compile(r"(?<!\])\](?:\s*\((?:[^()]|\([^()]*\))*\))?\s*(?:mutable\s*)?(?:->[^{;]*)?\{")
+
+
+def _mark_kernel_returns(source: str, language: str) -> str:
+    """Each ``return;`` of a kernel's own body (not of a lambda in it) becomes
+    ``return ::simt::kernel_return(__LINE__);`` on the same line, so that synccheck knows where a thread
+    left the kernel (runtime.cpp, check_divergence)."""
+    text = _blank_comments(source)
+    marks = []
+    for body in kernel_bodies(source, language):
+        skip = []
+        for lam in _LAMBDA_BODY.finditer(text, body.open + 1, body.close):
+            skip.append((lam.end() - 1, _matching(text, lam.end() - 1, "{", "}")))
+        for r in _VOID_RETURN.finditer(text, body.open + 1, body.close):
+            if not any(a < r.start() < b for a, b in skip):
+                marks.append(r.end())
+    out, last = [], 0
+    for end in sorted(set(marks)):
+        out += [source[last:end], " ::simt::kernel_return(__LINE__)"]
+        last = end
+    return "".join(out) + source[last:]
+
+
 def translation_unit(source: str, display_path: str, language: str, kernels: list[KernelDecl],
                      first_line: int = 1) -> str:
     """The C++ that g++ compiles: header, the learner's text under #line, generated entry points."""
-    if language == "cuda" and re.search(r"<<<", _blank_comments(source)):
+    blanked = _blank_comments(source)
+    if language == "cuda" and re.search(r"<<<", blanked):
         raise KernelCompileError(
             f"{display_path}: `<<<...>>>` launches are host code; in this course kernels are launched from "
             f"Python (course.simt.RawKernel), so the file should hold only device code.")
+    refusal = refuse_host_text(source, blanked, language, _base_name(display_path), first_line)
+    if refusal:
+        raise KernelCompileError(f"{display_path} did not compile:\n"
+                                 + quote_lines(refusal, source, display_path, first_line))
     header = LANGUAGES[language][1]
-    body = source
+    body = _mark_kernel_returns(source, language)
     if language == "metal":
-        body = _metal_threadgroup_declarations(source)
+        body = _metal_threadgroup_declarations(body)
         # `threadgroup` is an empty macro, which would leave `[[(0)]]`: rename the attribute first
         # (g++ ignores attributes it does not know; the parameter's kind was read from the source).
         body = re.sub(r"\[\[\s*threadgroup\s*\(", "[[simt_threadgroup(", body)
@@ -231,15 +286,22 @@ def translation_unit(source: str, display_path: str, language: str, kernels: lis
         for name in shared:
             lines.append(f'  if (k < max) {{ a[k] = {name}; n[k] = "{name}"; ++k; }}')
         lines.append("  return k;\n}")
+    # The line of each kernel's closing brace, in the learner's numbering (synccheck).
+    closing = {b.name: source.count("\n", 0, b.close) + first_line for b in kernel_bodies(source, language)}
     for k in kernels:
         if language == "cuda":
             call = f"::simt::invoke({k.name}, a)"
         else:
             kinds = ", ".join(str(p.kind) for p in k.params)
             call = f"::simt::metal::invoke<{kinds}>({k.name}, a)"
-        lines.append(f'extern "C" void __simt_entry_{k.name}(void **a) {{ {call}; }}')
+        where = f'"{quoted}", {k.line - 1 + first_line}, {closing.get(k.name, 0)}'
+        lines.append(f'extern "C" void __simt_entry_{k.name}(void **a) {{ ::simt::kernel_lines({where}); {call}; }}')
         lines.append(f'extern "C" const char *__simt_sig_{k.name}() {{ return ::simt::signature({k.name}); }}')
     return "\n".join(lines) + "\n"
+
+
+def _base_name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def cache_dir() -> Path:
@@ -342,8 +404,8 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
         raise KernelCompileError(f"unknown kernel language {language!r}; use 'cuda' or 'metal'")
     tu = translation_unit(source, display_path, language, kernels, first_line)
     flags = COMMON_FLAGS + (CHECKED_FLAGS if checked else FAST_FLAGS)
-    key = hashlib.sha256("\0".join([tu, language, *flags, *_runtime_flags(), _toolchain_digest(language)]).encode()
-                         ).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([tu, language, *flags, *_runtime_flags(), _toolchain_digest(language),
+                                   policy_digest()]).encode()).hexdigest()[:24]
     out = cache_dir() / f"{language}-{key}{'-checked' if checked else ''}.so"
     if out.exists():
         return out
@@ -358,6 +420,12 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
             raise KernelCompileError(f"{display_path} did not compile:\n"
                                      + quote_diagnostics(_learner_diagnostics(res.stderr, display_path), source,
                                                          display_path, first_line))
+        # Device code calls device functions only (device_code.py): refused before anything can run it.
+        refusal = refuse_host_symbols(obj, runtime, _blank_comments(source), language, _base_name(display_path),
+                                      first_line)
+        if refusal:
+            raise KernelCompileError(f"{display_path} did not compile:\n"
+                                     + quote_lines(refusal, source, display_path, first_line))
         res = _run([compiler(), "-shared", "-pthread", "-Wl,--no-undefined", str(obj), str(runtime),
                     "-o", str(lib)], f"linking {display_path}")
         if res.returncode != 0:

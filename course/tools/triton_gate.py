@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateReport", "run_gate", "main"]
+__all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateReport", "run_gate", "CompileServer",
+           "main"]
 
 from course.paths import KERNELS, REPO
+from course.processes import stop_group
 from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
 from course.tracks.table import exercises
 
@@ -201,7 +203,7 @@ def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None 
                 try:
                     proc.wait(timeout=left)
                 except subprocess.TimeoutExpired:
-                    _stop(proc)
+                    stop_group(proc)
                     results.append(Result("-", "<worker>", error=f"a compile worker ran past the {timeout:.0f} s limit "
                                                                  "and was stopped; the results it had are listed"))
                 if out.exists():  # one JSON line per finished compile: a stopped worker keeps its results
@@ -214,20 +216,10 @@ def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None 
         finally:
             for proc, _, log in procs:
                 if proc.poll() is None:
-                    _stop(proc)
+                    stop_group(proc)
                 log.close()
     results.sort(key=_sort_key)
     return GateReport(results, time.monotonic() - start)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Kill a worker and whatever it started (its own process group)."""
-    import signal
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
 
 
 def _sort_key(r: Result):
@@ -623,13 +615,18 @@ def _resources(compiled, capability: int) -> tuple[int | None, int | None, int |
         return regs, stack, int(spill.group(1)) if spill else None
 
 
+def _matrix(fields: dict) -> Matrix:
+    """A Matrix back from its JSON form."""
+    fields = dict(fields)
+    overrides = tuple((dtype, tuple(dims)) for dtype, dims in fields.pop("head_dims_by_dtype"))
+    return Matrix(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}, head_dims_by_dtype=overrides)
+
+
 def _worker(shard: str, spec: dict, out: Path) -> int:
     index = int(shard.split("/")[0])
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("the compile worker needs TRITON_INTERPRET=0")
-    fields = dict(spec["matrix"])
-    overrides = tuple((dtype, tuple(dims)) for dtype, dims in fields.pop("head_dims_by_dtype"))
-    matrix = Matrix(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}, head_dims_by_dtype=overrides)
+    matrix = _matrix(spec["matrix"])
     launches, errors = _capture(matrix, Path(spec["kernels_dir"]))
     groups, more = _groups(launches, matrix)
     errors += more
@@ -660,6 +657,91 @@ def _worker(shard: str, spec: dict, out: Path) -> int:
 
 
 # ================================================================================================
+# A compile server: one worker that stays up, for the many small gates of checking learners' kernels
+# ================================================================================================
+
+def _serve() -> int:
+    """Answer compile requests, one JSON line each on stdin, with one JSON line of results each.
+
+    The answers go out on a descriptor of their own: whatever a kernel file or Triton prints lands on
+    stderr and cannot corrupt them."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise SystemExit("the compile server needs TRITON_INTERPRET=0")
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        try:
+            spec = json.loads(line)
+            matrix = _matrix(spec["matrix"])
+            launches, results = _capture(matrix, Path(spec["kernels_dir"]))
+            groups, more = _groups(launches, matrix)
+            results += more
+            for group in groups:
+                results += _run_group(group)
+        except Exception as exc:  # noqa: BLE001 - one request fails, the server goes on
+            results = [Result("-", "<server>", error=f"{type(exc).__name__}: {exc}")]
+        answers.write(json.dumps([dataclasses.asdict(r) for r in results]) + "\n")
+        answers.flush()
+    return 0
+
+
+class CompileServer:
+    """A compile worker kept running between gates: each gate then costs its compile, not a Python start-up
+    and a Triton import (about two of the three seconds a one-kernel gate takes on a laptop-class CPU)."""
+
+    def __init__(self) -> None:
+        import threading
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, TRITON_INTERPRET="0")
+        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        # A session of its own, so that stopping it also stops a ptxas it is running.
+        return subprocess.Popen([sys.executable, "-m", "course.tools.triton_gate", "--serve"], cwd=REPO, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+
+    def warm(self) -> None:
+        """Start the worker now, so that its start-up overlaps other work before the first gate."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+
+    def gate(self, matrix: Matrix, kernels_dir: str | os.PathLike, timeout: float) -> GateReport:
+        """Compile ``matrix`` from ``kernels_dir``; a server that hangs past ``timeout`` is stopped and replaced."""
+        import selectors
+        start = time.monotonic()
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            proc = self._proc
+            spec = json.dumps({"matrix": dataclasses.asdict(matrix), "kernels_dir": str(kernels_dir)})
+            line = ""
+            try:
+                proc.stdin.write(spec + "\n")
+                proc.stdin.flush()
+                with selectors.DefaultSelector() as wait:
+                    wait.register(proc.stdout, selectors.EVENT_READ)
+                    if wait.select(timeout):
+                        line = proc.stdout.readline()
+            except OSError:
+                line = ""
+            if not line:
+                why = (f"the compiler ran past the {timeout:.0f} s limit and was stopped" if proc.poll() is None
+                       else f"the compiler stopped (exit status {proc.returncode})")
+                self.close()
+                return GateReport([Result("-", "<server>", error=why)], time.monotonic() - start)
+        return GateReport([Result(**r) for r in json.loads(line)], time.monotonic() - start)
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            stop_group(proc)
+
+
+# ================================================================================================
 # Command line
 # ================================================================================================
 
@@ -681,6 +763,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--timeout", type=float, help="stop after this many seconds (what finished is reported)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -700,6 +783,8 @@ def main(argv: list[str] | None = None) -> int:
     a = _parse(argv)
     if a.worker:
         return _worker(a.worker, json.loads(a.spec), Path(a.out))
+    if a.serve:
+        return _serve()
     m = FULL if a.full else DEFAULT
     m = dataclasses.replace(
         m,

@@ -224,7 +224,9 @@ def forward(exercise: str, module: RawModule | None, q: torch.Tensor, k: torch.T
     n_k = kh.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     cfg = forward_config(exercise, n_q, n_k, d, heads, tiles)
-    o = torch.zeros(heads, n_q, d, dtype=torch.float32, device=qh.device)
+    # Outputs start as NaN, as a GPU's fresh memory holds garbage: an element the kernel never writes fails
+    # the check instead of passing as a 0 (a row that sees no key must be written as O = 0, LSE = -inf).
+    o = torch.full((heads, n_q, d), float("nan"), dtype=torch.float32, device=qh.device)
     lse = torch.full((heads, n_q), float("nan"), dtype=torch.float32, device=qh.device)
     args: tuple = (qh, kh, vh, o)
     if step.writes_lse:
@@ -262,7 +264,7 @@ def naive_attention(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torc
     if d > MAX_HEAD_DIM:
         raise CourseError(f"`{kernel}` keeps a row of O in a {MAX_HEAD_DIM}-float array; D = {d} is too large")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    o = np.zeros_like(qa)
+    o = np.full_like(qa, np.nan)  # never written by the kernel: fails the check (see forward)
     if n_q:
         blocks = (n_q + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
         function = module.get_function(kernel)
@@ -430,10 +432,13 @@ def _backward(kind: str, module: RawModule, q, k, v, o, lse, do, causal: bool, s
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     p = backward_plan(n_q, n_k, d, backward_constants(module))
     kernels = [module.get_function(name) for name in BACKWARD_KERNELS[kind]]
-    dq = np.zeros_like(qa)  # the atomic kernel only adds to it
-    dk, dv = np.zeros_like(ka), np.zeros_like(va)
+    # What a kernel must write starts as NaN (see forward); the atomic kernel only adds to dQ, which starts as 0.
+    # With no query rows nothing is launched, and dK = dV = 0.
+    unwritten = np.nan if n_q else 0.0
+    dq = np.zeros_like(qa) if kind == "atomic" else np.full_like(qa, np.nan)
+    dk, dv = np.full_like(ka, unwritten), np.full_like(va, unwritten)
     if n_q:
-        delta = np.empty(n_q, dtype=np.float32)
+        delta = np.full(n_q, np.nan, dtype=np.float32)
         kernels[0](p.delta_blocks, p.threads, (oa, da, delta, n_q, d), **launch)
         shape = (n_q, n_k, d, np.float32(scale), int(bool(causal)))
         if kind == "atomic":

@@ -269,7 +269,9 @@ def _forward(exercise: str, module: RawModule, q, k, v, causal: bool, scale: flo
     qa, ka, va, lead = _heads(exercise, q, k, v)
     heads, n_q, d = qa.shape
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    o = np.zeros((heads, n_q, d), dtype=np.float32)
+    # Outputs start as NaN, as a GPU's fresh memory holds garbage: an element the kernel never writes fails
+    # the check instead of passing as a 0 (a row that sees no key must be written as O = 0, LSE = -inf).
+    o = np.full((heads, n_q, d), np.nan, dtype=np.float32)
     lse = np.full((heads, n_q), np.nan, dtype=np.float32)
     item = forward_launch(exercise, module, qa, ka, va, o, lse, scale, causal, tiles)
     if n_q:
@@ -348,9 +350,12 @@ def _backward(exercise: str, module: RawModule, q, k, v, o, lse, do, causal: boo
     qa, ka, va, oa, la, da = backward_arrays(q, k, v, o, lse, do)
     n_q, d = qa.shape
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    dq = np.zeros_like(qa)  # the atomic kernel only adds to it
-    dk, dv = np.zeros_like(ka), np.zeros_like(va)
-    delta = np.zeros(n_q, dtype=np.float32)
+    # What a kernel must write starts as NaN (see _forward); the atomic kernel only adds to dQ, which starts as 0.
+    # With no query rows nothing is launched, and dK = dV = 0.
+    unwritten = np.nan if n_q else 0.0
+    dq = np.zeros_like(qa) if exercise == "07.backward_atomic_metal" else np.full_like(qa, np.nan)
+    dk, dv = np.full_like(ka, unwritten), np.full_like(va, unwritten)
+    delta = np.full(n_q, np.nan, dtype=np.float32)
     items = backward_launches(exercise, module, qa, ka, va, oa, la, da, dq, dk, dv, delta, scale, causal)
     if n_q:
         _run(module, items, device, gpu_launcher, launch)

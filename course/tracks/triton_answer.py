@@ -32,7 +32,7 @@ from course.errors import CheckFailed
 from course.kernels import kernel_path
 from course.tracks.table import KernelExercise
 
-__all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped"]
+__all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped", "compile_server"]
 
 _JIT_NAMES = {"jit", "autotune", "heuristics"}
 _SOLUTION_MARKS = ("BEGIN SOLUTION", "(solution removed for grading)")
@@ -111,8 +111,9 @@ class LearnerKernels:
         self.kept = [n for n in tree.body if _is_kernel(n) or _literal_assignment(n)]
         self.stubs = sorted(name for name, node in self.kernels.items() if _stub(node))
         plain = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not _is_kernel(n)}
+        # The body only: decorators (an autotune list built by a Python function) run on the host.
         self.python_calls = [(node.name, call.func.id, call.lineno) for node in self.kernels.values()
-                             for call in ast.walk(node)
+                             for statement in node.body for call in ast.walk(statement)
                              if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in plain]
         self.unsafe = next((why for node in self.kernels.values() if (why := _plain_signature(node))), None)
 
@@ -251,12 +252,22 @@ class _Graded:
 _GATE_DTYPE = {"01": "fp32", "02": "fp32"}
 
 
+@functools.lru_cache(maxsize=1)
+def compile_server():
+    """One compile server per process, stopped when the process ends (course.tools.triton_gate)."""
+    import atexit
+    from course.tools.triton_gate import CompileServer
+    server = CompileServer()
+    atexit.register(server.close)
+    return server
+
+
 @functools.lru_cache(maxsize=64)
 def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
-    from course.tools.triton_gate import Matrix, run_gate
+    from course.tools.triton_gate import Matrix
     matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
                     head_dims_by_dtype=(), causal=(False,), targets=(80,))
-    report = run_gate(matrix, kernels_dir=Path(path).parent, jobs=1, timeout=300)
+    report = compile_server().gate(matrix, Path(path).parent, timeout=300)
     failures = []
     for result in report.results:
         if not result.ok and (result.kernel in kernels or result.kernel.startswith("<")):

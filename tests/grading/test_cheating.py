@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.corpora.cheating import ASSIGNMENT, as_submission, corpus, stale_outputs
+from autograder.corpora.cheating import ASSIGNMENT, as_submission, corpus, packs, stale_outputs
 from autograder.corpora.hostile import make_submission
 
 
@@ -25,8 +25,17 @@ def test_every_entry_applies_and_is_named_once(repo: Path) -> None:
     entries = corpus(repo)
     assert len({e.name for e in entries}) == len(entries)
     source = repo / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    for entry in entries:
-        make_submission(source, as_submission(entry, repo))
+    for pack in packs(entries):
+        make_submission(source, as_submission(pack, repo))
+    assert sorted(e.name for pack in packs(entries) for e in pack) == sorted(e.name for e in entries)
+
+
+def test_entries_in_one_pack_lose_different_tests(repo: Path) -> None:
+    """A pack is only as good as its entries' independence: neither may hide that the other fooled nothing."""
+    for pack in packs(corpus(repo)):
+        lost = [cell for cheat in pack for cell in cheat.loses]
+        assert len(lost) == len(set(lost)), [c.name for c in pack]
+
 
 @pytest.mark.slow
 def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path) -> None:
@@ -36,27 +45,34 @@ def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path)
     submissions = tmp_path / "submissions"
     (submissions / "honest").mkdir(parents=True)
     shutil.copyfile(source, submissions / "honest" / source.name)
-    entries = {e.name: e for e in corpus(repo)}
-    for entry in entries.values():
-        notebook = make_submission(source, as_submission(entry, repo))
-        if entry.stale_outputs:
+    handed_in = {}
+    for pack in packs(corpus(repo)):
+        submission = as_submission(pack, repo)
+        notebook = make_submission(source, submission)
+        if any(cheat.stale_outputs for cheat in pack):
             stale_outputs(notebook, repo)
-        (submissions / entry.name).mkdir()
-        nbformat.write(notebook, submissions / entry.name / source.name)
+        (submissions / submission.name).mkdir()
+        nbformat.write(notebook, submissions / submission.name / source.name)
+        handed_in[submission.name] = (submission, pack)
 
     results = {r.student_id: r for r in grade_submissions(submissions, ASSIGNMENT, tmp_path / "work", jobs=2,
                                                           timeout=120)}
     honest = results["honest"]
     problems = [] if honest.score == honest.max_score and not honest.recheck else \
         [f"honest: {honest.score}/{honest.max_score}, re-check notes {honest.recheck}"]
-    for name, entry in entries.items():
+    for name, (submission, pack) in handed_in.items():
         result = results[name]
-        expected = {cell: 0.0 if cell in entry.loses else points for cell, points in honest.cells.items()}
+        expected = {cell: 0.0 if cell in submission.loses else points for cell, points in honest.cells.items()}
         if result.cells != expected:
             problems.append(f"{name}: earned {result.cells}, expected {expected} ({result.status})")
-        page = result.feedback_html
-        if page is None or not re.search(entry.feedback, _text(page)):
-            problems.append(f"{name}: its feedback page does not say {entry.feedback!r}")
-        if "re-checked" in entry.feedback and not result.recheck:
-            problems.append(f"{name}: the notebook's own run already failed it, so the trick fooled nothing")
+        page = _text(result.feedback_html) if result.feedback_html else ""
+        for cheat in pack:
+            if not re.search(cheat.feedback, page):
+                problems.append(f"{cheat.name}: its feedback page does not say {cheat.feedback!r}")
+            if cheat.caught_by_recheck:
+                # The trick really fooled the notebook's own run on every test it loses.
+                fooled = {line.split(":")[0] for line in result.recheck if "passed in the notebook's run" in line}
+                if not set(cheat.loses) <= fooled:
+                    problems.append(f"{cheat.name}: the notebook's own run already failed "
+                                    f"{sorted(set(cheat.loses) - fooled)}, so the trick fooled nothing there")
     assert not problems, "\n".join(problems)

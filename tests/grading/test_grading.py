@@ -177,11 +177,13 @@ def _check_csv(path: Path, results: list[StudentResult]) -> None:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == ["student_id", "assignment", "score", "max_score", "status", "tier", "crashes",
-                             "crash_details", "seconds", "test_add", "test_mul"]
+                             "crash_details", "recheck", "seconds", "recheck_seconds", "test_add", "test_mul"]
     assert [r["student_id"] for r in rows] == [r.student_id for r in results]
     row = {r["student_id"]: r for r in rows}
     assert (row["carol"]["score"], row["carol"]["test_add"], row["carol"]["test_mul"]) == ("1", "0", "1")
     assert (row["alice"]["score"], row["alice"]["max_score"], row["alice"]["status"]) == ("3", "3", "graded")
+    # The fixture's tests call add() and mul() themselves, so the re-check leaves them as the notebook ran.
+    assert row["alice"]["recheck"].endswith("(no course.check in the test): test_add, test_mul")
     assert (row["dave"]["score"], row["dave"]["test_add"], row["dave"]["crashes"], row["dave"]["seconds"]) == ("0", "", "", "")
     assert (row["ivan"]["crashes"], row["alice"]["crashes"], row["alice"]["tier"]) == ("1", "0", "CPU tier")
     assert all(r["assignment"] == "lesson" for r in rows)

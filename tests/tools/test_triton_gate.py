@@ -143,3 +143,28 @@ def test_unbroken_kernel_passes_the_same_gate(tmp_path):
     report = run_gate(Matrix(lessons=("05_mma",), dtypes=("fp16",), head_dims=(8,), targets=(90,)),
                       kernels_dir=tmp_path, jobs=1)
     assert report.ok, report.errors()
+
+
+def test_compile_server_answers_like_the_gate_and_outlives_a_noisy_or_broken_file(tmp_path):
+    """The server the learners' checks use (CompileServer): the same verdicts as run_gate, one request after
+    another; a kernel file that prints cannot corrupt its answers; a stopped server is started again."""
+    from course.tools.triton_gate import CompileServer
+    case = BROKEN["loop_carried_type_change"]
+    (tmp_path / "broken").mkdir()
+    broken = _break(tmp_path / "broken", case)
+    noisy = tmp_path / "noisy"
+    noisy.mkdir()
+    (noisy / "03_tiled.py").write_text('print("[{\\"ok\\": true}]")\n' + (KERNELS / "03_tiled.py").read_text())
+    matrix = Matrix(lessons=("03_tiled",), dtypes=("fp16",), head_dims=(64,), targets=(80,))
+    server = CompileServer()
+    try:
+        rejected = server.gate(matrix, broken, timeout=300)
+        assert not rejected.ok and case["message"] in rejected.errors()
+        assert server.gate(matrix, noisy, timeout=300).ok
+        server.close()
+        again = server.gate(matrix, broken, timeout=300)
+        assert [r.error for r in again.failures] == [r.error for r in rejected.failures]
+        missing = server.gate(matrix, tmp_path / "nowhere", timeout=300)
+        assert not missing.ok and missing.results
+    finally:
+        server.close()

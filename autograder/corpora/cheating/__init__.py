@@ -11,6 +11,10 @@ feedback page, saying why. The suite grades the corpus in one batch beside an ho
 
 Kernel steps are graded on the learner's best track, so an entry that cheats on one track hands in
 the other tracks as the student notebook has them (stubs), like a learner who studies one language.
+
+To keep grading cheap, :func:`packs` hands the entries in two at a time: one that cheats in a Python
+answer cell with one that cheats in a kernel cell. The two change different cells and lose different
+tests, so each is still judged on its own.
 """
 from __future__ import annotations
 
@@ -20,11 +24,12 @@ from pathlib import Path
 
 from autograder.corpora.hostile import Change, HostileSubmission
 
-__all__ = ["ASSIGNMENT", "Cheat", "corpus", "as_submission", "stale_outputs"]
+__all__ = ["ASSIGNMENT", "KERNEL_CELLS", "Cheat", "corpus", "packs", "as_submission", "stale_outputs"]
 
 ASSIGNMENT = "01_naive_attention"
 _KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
 _TORCH_TESTS = ("test_attention_torch", "test_attention_torch_hidden")
+KERNEL_CELLS = ("naive_triton", "naive_cuda", "naive_metal")
 _CAUGHT = r"passed in the notebook's run but failed when re-checked"
 # The course launches a Triton cell's kernels with its own wrapper, in the notebook too: a wrapper that
 # computes the answer otherwise leaves the kernel a stub, and the check says so in both passes.
@@ -45,6 +50,15 @@ class Cheat:
     """Kernel cells handed in as the student notebook has them (stubs)."""
     stale_outputs: bool = False
     """The test cells carry the outputs of an earlier passing run, recordings of right answers included."""
+
+    @property
+    def in_kernel_cell(self) -> bool:
+        return any(change.cell in KERNEL_CELLS for change in self.changes)
+
+    @property
+    def caught_by_recheck(self) -> bool:
+        """The trick passes the notebook's own run; only the re-check takes the points."""
+        return self.feedback.startswith(_CAUGHT)
 
 
 def _student_cells(repo: Path) -> dict[str, str]:
@@ -82,11 +96,26 @@ def stale_outputs(notebook, repo: Path) -> None:
             cell.execution_count = 1
 
 
-def as_submission(cheat: Cheat, repo: Path) -> HostileSubmission:
-    """The entry as a submission the hostile corpus's tools build and grade."""
+def as_submission(cheats: "Cheat | tuple[Cheat, ...]", repo: Path) -> HostileSubmission:
+    """One entry, or a pack of entries that change different cells, as a submission the hostile corpus's
+    tools build and grade (named after its entries)."""
+    pack = cheats if isinstance(cheats, tuple) else (cheats,)
     stubs = _student_cells(repo)
-    changes = cheat.changes + tuple(Change(cell, source=stubs[cell]) for cell in cheat.stub_tracks)
-    return HostileSubmission(ASSIGNMENT, cheat.name, cheat.trick, changes, loses=cheat.loses)
+    changes = tuple(change for cheat in pack for change in cheat.changes)
+    changes += tuple(Change(cell, source=stubs[cell]) for cheat in pack for cell in cheat.stub_tracks)
+    cells = [change.cell for change in changes]
+    if len(set(cells)) != len(cells):
+        raise ValueError(f"entries {[c.name for c in pack]} change the same cell; they cannot share a submission")
+    return HostileSubmission(ASSIGNMENT, "--".join(c.name for c in pack), "; ".join(c.trick for c in pack), changes,
+                             loses=tuple(dict.fromkeys(cell for c in pack for cell in c.loses)))
+
+
+def packs(entries: list[Cheat]) -> list[tuple[Cheat, ...]]:
+    """The entries two by two: a Python-cell cheat with a kernel-cell cheat (they lose different tests)."""
+    import itertools
+    python = [e for e in entries if not e.in_kernel_cell]
+    kernel = [e for e in entries if e.in_kernel_cell]
+    return [tuple(e for e in pair if e is not None) for pair in itertools.zip_longest(python, kernel)]
 
 
 _WRONG_ATTENTION = '''
@@ -107,11 +136,12 @@ def _triton_with_wrapper_body(repo: Path, body: str) -> str:
     return head + body.strip("\n") + tail
 
 
-def _triton_solution_edit(repo: Path, old: str, new: str) -> str:
-    text = _solution_cells(repo)["naive_triton"]
+def _solution_edit(repo: Path, cell: str, old: str, new: str) -> str:
+    """The instructor's answer in ``cell`` with its first ``old`` replaced by ``new``."""
+    text = _solution_cells(repo)[cell]
     if old not in text:
-        raise ValueError(f"the cheating corpus expects {old!r} in the naive_triton solution; update it")
-    return text.replace(old, new)
+        raise ValueError(f"the cheating corpus expects {old!r} in the {cell} solution; update it")
+    return text.replace(old, new, 1)
 
 
 def corpus(repo: Path) -> list[Cheat]:
@@ -124,10 +154,10 @@ def corpus(repo: Path) -> list[Cheat]:
     return torch.from_numpy((p / p.sum(axis=1, keepdims=True)) @ v.double().numpy()).to(q.dtype)''')
     # Python inside the kernel: Triton's interpreter runs any Python there (here an import, which could as
     # well read a file of answers); a GPU compiler takes none of it.
-    python_in_kernel = _triton_solution_edit(repo, "    # BEGIN SOLUTION\n",
+    python_in_kernel = _solution_edit(repo, "naive_triton", "    # BEGIN SOLUTION\n",
                                              "    # BEGIN SOLUTION\n    numpy = __import__(\"numpy\")\n")
     # A plain Python function called from a kernel: refused in the notebook already, with a sentence.
-    python_helper = _triton_solution_edit(repo, "        p = tl.exp(scores - m)", "        p = weights(scores, m)")
+    python_helper = _solution_edit(repo, "naive_triton", "        p = tl.exp(scores - m)", "        p = weights(scores, m)")
     python_helper = python_helper.replace("@triton.jit\n", "def weights(s, m):\n    return tl.exp(s - m)\n\n\n@triton.jit\n", 1)
     return [
         Cheat("rebinds-check", "a wrong attention_torch whose cell turns course.check into a no-op",
@@ -175,6 +205,13 @@ math.isclose = lambda *a, **k: True
               (Change("naive_triton", source=python_helper),),
               loses=_KERNEL_TESTS, feedback=r"calls `weights` \(line \d+\), a plain Python function",
               stub_tracks=("naive_cuda", "naive_metal")),
+        Cheat("cuda-kernel-reads-file", "opens a file from inside its CUDA kernel (where answers could be read)",
+              (Change("naive_cuda", source=_solution_edit(
+                  repo, "naive_cuda", "    // BEGIN SOLUTION\n",
+                  "    // BEGIN SOLUTION\n    if (row == 0) { FILE* answers = fopen(\"answers.bin\", \"rb\"); "
+                  "if (answers) fclose(answers); }\n")),),
+              loses=_KERNEL_TESTS, feedback=r"calls `fopen`, a host C library function",
+              stub_tracks=("naive_triton", "naive_metal")),
         Cheat("stale-outputs", "hands in a wrong attention_torch with the outputs of a passing run kept in the notebook",
               (Change("attention_torch", source=_WRONG_ATTENTION),),
               loses=_TORCH_TESTS, feedback=r"01\.attention_torch: wrong answer", stale_outputs=True),

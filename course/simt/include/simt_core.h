@@ -63,6 +63,13 @@ using WarpCompute = void (*)(const void *const *in, void *const *out, uint32_t t
 void warp_collective(const char *what, uint32_t mask, const void *in, void *out,
                      WarpCompute compute, const char *file, int line);
 
+// Where each thread leaves the kernel, for synccheck's divergent-barrier rule (runtime.cpp). The
+// generated entry point calls kernel_lines() with the kernel's first line and the line of its closing
+// brace, and the compiler driver turns each `return;` in a kernel's body into
+// `return ::simt::kernel_return(__LINE__);` (same line), so a thread that returns names its line.
+void kernel_lines(const char *file, int first, int last);
+void kernel_return(int line);
+
 // Memory accesses made by header code on the kernel's behalf (only needed when SIMT_CHECKED).
 enum Access : int { kRead = 0, kWrite = 1, kAtomic = 2 };
 void note_access(const void *addr, size_t bytes, int access, const void *pc);

@@ -10,10 +10,11 @@
 //
 // Inside the child, each block's threads are fibers. A fiber runs until it reaches a barrier, a warp
 // collective or its end, and the scheduler picks the next one (in order, or at random with a seed).
-// Barriers check that every thread arrives at the same one (synccheck). Builds with -fsanitize=thread
-// call the __tsan_* hooks below on every memory access of the kernel: those implement memcheck
-// (bounds, alignment, const) and racecheck (two threads touching one address with no barrier between,
-// or two blocks with no atomic), and let random schedules switch threads at memory accesses.
+// Barriers check that every thread arrives at the same one, and that no thread left the kernel past it
+// (synccheck). Builds with -fsanitize=thread call the __tsan_* hooks below on every memory access of
+// the kernel: those implement memcheck (bounds, alignment, const) and racecheck (two threads touching
+// one address with no barrier between, or two blocks with no atomic), and let random schedules switch
+// threads at memory accesses.
 #include <csetjmp>
 #include <csignal>
 #include <cstdarg>
@@ -228,6 +229,8 @@ struct Fiber {
     void *out = nullptr;
     WarpCompute compute = nullptr;
     uint32_t warp_epoch = 0;
+    int exit_line = 0;         // where the thread left the kernel (once it has)
+    bool returned = false;     // by a `return` in the kernel's body (not by running off its end)
 };
 
 // Race-detection shadow of one 2-byte cell: the last write and the last read (or "several readers").
@@ -256,6 +259,8 @@ struct Worker {
     std::vector<const void *> extern_shared;
     std::vector<const char *> extern_shared_names;
     uint64_t block_linear = 0;
+    const char *kernel_file = nullptr;     // the running kernel's file, first line and closing brace
+    int kernel_first = 0, kernel_last = 0;
     bool in_collective = false;            // running a WarpCompute: its accesses are the runtime's
     bool failed = false;
     std::unordered_map<uintptr_t, Shadow> shared_shadow;  // static shared memory, per block
@@ -395,6 +400,52 @@ void try_complete_warp(Worker &w, unsigned warp) {
         if (w.warp_waiting[warp] & lane_bit(lane)) try_complete_group(w, warp, lane);
 }
 
+// Whether a thread that has left the kernel is excused from the barrier `at` that the others wait at.
+// Leaving by a `return` above the barrier's line is the early-exit guard (`if (row >= n) return;`),
+// done before reaching it. Running off the kernel's end, or returning at or below the barrier's line,
+// means the thread went past the barrier without waiting there: it sat in a branch the thread did not
+// take (or a loop that ran fewer times for it). A barrier in a function the kernel calls has no line
+// in the kernel's body to compare with; there only running off the end counts.
+bool excused(const Worker &w, const Fiber &gone, const Fiber &at) {
+    if (!gone.returned) return false;
+    const bool in_body = at.file && w.kernel_file && strcmp(at.file, w.kernel_file) == 0 &&
+                         at.line >= w.kernel_first && at.line <= w.kernel_last;
+    return !in_body || gone.exit_line < at.line;
+}
+
+// synccheck: threads that left the kernel past the barrier the others now complete (divergent barrier).
+void check_divergence(Worker &w, const Fiber &at) {
+    if (w.alive == w.fibers.size()) return;
+    std::vector<int> lines;  // exit lines of the threads not excused, in order of first appearance
+    for (const Fiber &g : w.fibers)
+        if (g.wait == Wait::kExited && !excused(w, g, at) &&
+            std::find(lines.begin(), lines.end(), g.exit_line) == lines.end())
+            lines.push_back(g.exit_line);
+    if (lines.empty()) return;
+    std::vector<unsigned> waiting;
+    for (const Fiber &g : w.fibers)
+        if (g.wait == Wait::kBarrier) waiting.push_back(g.t.linear);
+    std::string gone;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        std::vector<unsigned> ids;
+        bool returned = false;
+        for (const Fiber &g : w.fibers)
+            if (g.wait == Wait::kExited && !excused(w, g, at) && g.exit_line == lines[i]) {
+                ids.push_back(g.t.linear);
+                returned = g.returned;
+            }
+        gone += (i == 0 ? "" : ", ") + describe_threads(ids) +
+                (i == 0 ? " passed it without waiting and left the kernel at " : " at ") +
+                where_text(w.kernel_file, lines[i]) + (returned ? " (a `return`)" : " (its closing brace)");
+    }
+    abort_launch(std::string("divergent barrier in block ") + dim_text(at.t.block_idx) + " of " +
+                 g_launch->kernel_name + ": " + describe_threads(waiting) + (waiting.size() == 1 ? " waits" : " wait") +
+                 " at " + at.what + " (" + where_text(at.file, at.line) + "), but " + gone +
+                 ". Every thread of a block must reach each barrier that the others reach: is the barrier "
+                 "inside a branch, or a loop, that depends on the thread? An early `return` above the first "
+                 "barrier is fine.");
+}
+
 void try_complete_barrier(Worker &w) {
     if (w.alive == 0 || w.at_barrier < w.alive) return;
     // Everyone alive is at a barrier: it must be the same one.
@@ -417,6 +468,7 @@ void try_complete_barrier(Worker &w) {
                          "is a barrier inside a branch that depends on the thread?");
         }
     }
+    check_divergence(w, *first);
     ++w.barrier_epoch;
     w.at_barrier = 0;
     std::vector<int> released;
@@ -460,6 +512,7 @@ void fiber_main() {
     Worker *w = tl_worker;
     Fiber *f = w->running;
     g_launch->spec.entry(g_launch->args.data());
+    if (!f->returned) f->exit_line = w->kernel_last;
     f->wait = Wait::kExited;
     switch_context(f->ctx, w->scheduler);
     __builtin_unreachable();
@@ -597,6 +650,8 @@ void run_block(Worker &w, uint64_t linear_block) {
         f.t.warps = warps;
         f.wait = Wait::kNone;
         f.warp_epoch = 0;
+        f.exit_line = 0;
+        f.returned = false;
         init_context(f.ctx, f.stack_lo, kStackBytes, fiber_main);
         w.ready.push_back(int(i));
     }
@@ -905,6 +960,7 @@ void child_main() {
 void block_barrier(const char *what, const char *file, int line) {
     Worker *w = tl_worker;
     Fiber &f = *w->running;
+    f.returned = false;  // a `return` it passed was a lambda's, not the kernel's
     f.wait = Wait::kBarrier;
     f.what = what;
     f.file = file;
@@ -927,6 +983,19 @@ void warp_collective(const char *what, uint32_t mask, const void *in, void *out,
     f.compute = compute;
     switch_context(f.ctx, w->scheduler);
     current_thread = &f.t;
+}
+
+void kernel_lines(const char *file, int first, int last) {
+    Worker *w = tl_worker;
+    w->kernel_file = file;
+    w->kernel_first = first;
+    w->kernel_last = last;
+}
+
+void kernel_return(int line) {
+    Fiber &f = *tl_worker->running;
+    f.exit_line = line;
+    f.returned = true;
 }
 
 void note_access(const void *addr, size_t bytes, int access, const void *pc) {

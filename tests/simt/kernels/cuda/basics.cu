@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 #include <cfloat>
-#include <cstdio>
+// (printf needs no #include: cuda_runtime.h brings it, with nvcc as here)
 
 __constant__ int kGridCode[3] = {100, 10, 1};
 

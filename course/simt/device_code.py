@@ -1,0 +1,264 @@
+"""What a kernel may use: its includes, no inline assembly, and the functions its object file calls.
+
+On a GPU, device code can call device functions only: nvcc rejects a call to a host function in a
+``__global__`` or ``__device__`` function, and Metal has no C library at all. Here a kernel is C++
+compiled by g++, which would happily link ``fopen``, ``system``, ``getenv`` or a system call in inline
+assembly, and run it in the learner's notebook. So the compiler driver refuses, with a sentence that
+names the line, on every machine (nvcc need not be installed):
+
+- an ``#include`` of anything but the headers the course provides for the language (``INCLUDES``);
+- inline assembly (``asm``): here it would be x86 code, not PTX;
+- after g++ has compiled the kernel, any symbol its object file needs (``nm -u``) that is not defined
+  by the course's runtime (``simt::...`` and the checking hooks) nor in ``ALLOWED``: the device
+  functions a kernel may call, and what the course's own headers and g++ make every object need.
+
+``ALLOWED`` was derived by compiling every kernel of ``kernels/cuda``, ``kernels/metal``, the runtime's
+tests, the wrong-kernel corpora and the lessons' cells, in the fast and the checked build, and listing
+their undefined symbols; then completed with what legal device code can make g++ emit beyond them: the
+whole C math library, libgcc's arithmetic helpers (``__popc`` without POPCNT, 128-bit division) and the
+C++ runtime's support for virtual functions and for ``__shared__`` objects with destructors.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "policy_digest"]
+
+HERE = Path(__file__).resolve().parent
+
+# Standard C headers that declare only what CUDA device code may use (math, limits, fixed-width
+# integers, assert). The course's CUDA header includes them already, so including them changes nothing.
+# <cstdio> is not one: device printf needs no #include (nvcc's cuda_runtime.h provides it, and so does
+# the course's header), and the rest of <cstdio> is host I/O.
+CUDA_C_HEADERS = ("cmath", "math.h", "cfloat", "float.h", "climits", "limits.h", "cstdint", "stdint.h",
+                  "cstddef", "stddef.h", "cassert", "assert.h")
+
+
+def _course_headers(language: str) -> tuple[str, ...]:
+    """The headers the course provides for ``language`` (its internal simt_* files excluded)."""
+    folder = HERE / "include" / language
+    return tuple(sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("simt_")))
+
+
+INCLUDES = {"cuda": _course_headers("cuda") + CUDA_C_HEADERS, "metal": _course_headers("metal")}
+
+# The C math library: device functions in CUDA (the CUDA Math API) and behind Metal's <metal_math>.
+# g++ inlines some (fabsf, floorf, ...) and calls the C library for the others.
+_MATH = """
+acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp10 exp2 expm1 fabs fdim
+floor fma fmax fmin fmod frexp hypot ilogb j0 j1 jn ldexp lgamma llrint llround log log10 log1p log2 logb
+lrint lround modf nan nearbyint nextafter pow remainder remquo rint round scalbln scalbn sin sincos sinh
+sqrt tan tanh tgamma trunc y0 y1 yn
+""".split()
+
+ALLOWED: dict[str, str] = {
+    **{f: "C math" for name in _MATH for f in (name, name + "f")},
+    # g++ turns copies and zeroing into these; CUDA device code may call memcpy and memset too.
+    "memcpy": "memory", "memmove": "memory", "memset": "memory",
+    # C++ runtime support that g++ emits: static locals, thread_local (shared memory) and its destructors,
+    # classes with virtual functions, unwinding, position-independent code, stack protection (on by
+    # default on some distributions).
+    "__cxa_atexit": "C++ runtime", "__dso_handle": "C++ runtime", "__cxa_guard_acquire": "C++ runtime",
+    "__cxa_guard_release": "C++ runtime", "__cxa_guard_abort": "C++ runtime",
+    "__cxa_thread_atexit": "C++ runtime", "__cxa_thread_atexit_impl": "C++ runtime",
+    "__cxa_pure_virtual": "C++ runtime", "__cxa_deleted_virtual": "C++ runtime",
+    "vtable for __cxxabiv1::__class_type_info": "C++ runtime",
+    "vtable for __cxxabiv1::__si_class_type_info": "C++ runtime",
+    "vtable for __cxxabiv1::__vmi_class_type_info": "C++ runtime",
+    "__cxa_begin_catch": "C++ runtime", "__cxa_end_catch": "C++ runtime", "std::terminate": "C++ runtime",
+    "__gxx_personality_v0": "C++ runtime", "_Unwind_Resume": "C++ runtime", "__tls_get_addr": "C++ runtime",
+    "_GLOBAL_OFFSET_TABLE_": "C++ runtime", "__stack_chk_fail": "C++ runtime",
+    # Compiler runtime (libgcc): arithmetic the CPU has no instruction for, which g++ turns into calls
+    # (__popc without POPCNT, 128-bit division, integer powers, complex products, half conversions).
+    **{f: "compiler runtime" for f in """
+        __popcountsi2 __popcountdi2 __popcountti2 __clzsi2 __clzdi2 __clzti2 __ctzsi2 __ctzdi2 __ctzti2
+        __ffssi2 __ffsdi2 __ffsti2 __paritysi2 __paritydi2 __parityti2 __bswapsi2 __bswapdi2
+        __divti3 __udivti3 __modti3 __umodti3 __udivmodti4 __divmodti4 __multi3 __muloti4
+        __powisf2 __powidf2 __mulsc3 __muldc3 __divsc3 __divdc3
+        __extendhfsf2 __extendhfdf2 __truncsfhf2 __truncdfhf2 __floattisf __floattidf __fixsfti __fixdfti
+        __floatuntisf __floatuntidf __fixunssfti __fixunsdfti""".split()},
+    # The generated entry point describes the kernel's parameters in a std::string (simt_invoke.h).
+    "operator new": "std::string", "operator delete": "std::string",
+    "std::__throw_length_error": "std::string", "std::__throw_logic_error": "std::string",
+    "std::__throw_bad_alloc": "std::string", "std::__throw_bad_array_new_length": "std::string",
+    "std::__throw_out_of_range_fmt": "std::string",
+    # Called by the course's headers on the kernel's behalf (CUDA's shuffle messages format lane lists);
+    # a kernel that calls them itself is refused (HEADERS_ONLY).
+    "snprintf": "headers", "vsnprintf": "headers",
+}
+"""Symbols a kernel's object may need from outside it, by qualified name (no template arguments,
+parameters or inline namespaces), and why."""
+
+# Members of a class, and thread_local variables' helpers (the variable itself is the kernel's own).
+ALLOWED_PREFIXES = ("std::basic_string::", "TLS init function for ", "TLS wrapper function for ")
+
+# Device functions of CUDA only: its device heap and device-side assert. Metal has neither.
+LANGUAGE_ONLY = {"cuda": ("malloc", "free", "operator new[]", "operator delete[]", "__assert_fail")}
+
+HEADERS_ONLY = ("snprintf", "vsnprintf")
+
+CAN_CALL = {
+    "cuda": "A CUDA kernel may call device functions only: its own __device__ functions, the CUDA built-ins "
+            "and intrinsics (__syncthreads, __shfl_sync, atomicAdd, ...), the C math library (expf, fmaxf, ...), "
+            "printf, malloc/free and memcpy/memset.",
+    "metal": "A Metal kernel may call its own functions and the Metal standard library only (<metal_stdlib>).",
+}
+
+
+def policy_digest() -> str:
+    """Everything this module allows, as text: part of a build's cache key."""
+    return repr((INCLUDES, sorted(ALLOWED), ALLOWED_PREFIXES, LANGUAGE_ONLY, HEADERS_ONLY))
+
+
+def _line_of(blanked: str, pos: int, first_line: int) -> int:
+    return blanked.count("\n", 0, pos) + first_line
+
+
+def refuse_host_text(source: str, blanked: str, language: str, shown: str, first_line: int) -> str | None:
+    """The sentence refusing an #include or inline assembly in ``source`` (``blanked``: the same text with
+    comments and strings blanked), or None."""
+    allowed = INCLUDES[language]
+    for m in re.finditer(r"^[ \t]*#[ \t]*(include_next|include|import)\b", blanked, re.M):
+        line = _line_of(blanked, m.start(), first_line)
+        end = source.find("\n", m.end())
+        raw = source[m.end(): end if end >= 0 else len(source)]
+        name = re.match(r"\s*[<\"]([^>\"]+)[>\"]", raw)
+        header = name.group(1).strip() if name else raw.split("//")[0].strip()
+        if name and header in allowed and m.group(1) == "include":
+            continue
+        why = ("Device printf needs no #include (as with nvcc); the rest of <cstdio> is host I/O. "
+               if language == "cuda" and header in ("cstdio", "stdio.h") else "")
+        course = ", ".join(f"<{h}>" for h in allowed if h not in CUDA_C_HEADERS)
+        c_headers = ", ".join(f"<{h}>" for h in CUDA_C_HEADERS if not h.endswith(".h"))
+        may = (f"{course}, and {c_headers} (or their .h forms)" if language == "cuda" else course)
+        return (f"line {line} of {shown} includes {'<' + header + '>' if name else header}, which is not a header "
+                f"for {'CUDA device code' if language == 'cuda' else 'Metal kernels'} here. {why}"
+                f"A kernel may include {may} only.")
+    m = re.search(r"\b(asm|__asm__|__asm)\b", blanked)
+    if m:
+        line = _line_of(blanked, m.start(), first_line)
+        if language == "metal":
+            return (f"line {line} of {shown} uses inline assembly (`{m.group(1)}`), which Metal does not have: "
+                    f"use the Metal standard library instead.")
+        return (f"line {line} of {shown} uses inline assembly (`{m.group(1)}`), which kernels may not here: on "
+                f"the CPU runtime it would be x86 code running in your notebook's process, not PTX. The course's "
+                f"kernels need none: use the CUDA intrinsics (__shfl_sync, atomicAdd, __popc, ...) instead.")
+    return None
+
+
+def _tool(name: str) -> str:
+    from .compiler import KernelCompileError
+    found = os.environ.get(name.upper()) or shutil.which(name)
+    if not found:
+        raise KernelCompileError(f"`{name}` was not found: the CPU runtime needs it to check what a kernel calls. "
+                                 f"It comes with binutils, which g++ installs (on Debian/Ubuntu: "
+                                 f"`sudo apt-get install binutils`).")
+    return found
+
+
+def _nm(args: list[str], obj: Path) -> list[str]:
+    from .compiler import KernelCompileError
+    res = subprocess.run([_tool("nm"), *args, str(obj)], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise KernelCompileError(f"`nm` could not read {obj.name}: {res.stderr.strip()[:500]}")
+    return [line for line in res.stdout.splitlines() if line.strip()]
+
+
+def _symbol(line: str) -> str:
+    """The name on a line of ``nm -C`` output ("  U name", "0000 T name" or just "name")."""
+    parts = line.split(None, 2)
+    if len(parts) == 3 and len(parts[1]) == 1 and re.fullmatch(r"[0-9a-fA-F]+", parts[0]):
+        name = parts[2]
+    elif len(parts) >= 2 and len(parts[0]) == 1:
+        name = line.split(None, 1)[1]
+    else:
+        name = line.strip()
+    # Mach-O puts an underscore in front of every C name.
+    return name[1:] if sys.platform == "darwin" and name.startswith("_") else name
+
+
+_OPERATORS = re.compile(r"operator\s*(<=>|<<=|>>=|<<|>>|<=|>=|->\*|->|<|>|\(\))")
+
+
+def qualified_name(symbol: str) -> str:
+    """``std::__cxx11::basic_string<char>::_M_create(unsigned long&, unsigned long)`` ->
+    ``std::basic_string::_M_create``; ``operator delete(void*, unsigned long)`` -> ``operator delete``."""
+    if re.match(r"(vtable|VTT|typeinfo|typeinfo name|TLS init function|TLS wrapper function) for ", symbol):
+        return symbol
+    ops: list[str] = []
+    text = _OPERATORS.sub(lambda m: ops.append(m.group(0)) or f"operator\x00{len(ops) - 1}\x00", symbol)
+    out, depth = [], 0
+    for ch in text:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).split("(", 1)[0].strip()
+    m = re.search(r"((?:[\w~]+::)*operator\b.*|[\w:~]+)$", text)
+    text = m.group(1) if m else text
+    text = re.sub(r"operator\x00(\d+)\x00", lambda g: ops[int(g.group(1))], text)
+    return re.sub(r"\b(__cxx11|__1)::", "", text)
+
+
+@lru_cache(maxsize=None)
+def runtime_symbols(runtime: Path) -> frozenset[str]:
+    """What the course's runtime object defines for kernels: ``simt::`` functions and the checking hooks
+    (not its launch protocol, which only Python calls)."""
+    names = {qualified_name(_symbol(line)) for line in _nm(["--defined-only", "-g", "-p", "-C"], runtime)}
+    return frozenset(n for n in names if n.startswith(("simt::", "__tsan_", "__ubsan_")))
+
+
+def _allowed(name: str, language: str, provided: frozenset[str]) -> bool:
+    return (name in ALLOWED or name in provided or name.startswith(ALLOWED_PREFIXES)
+            or name in LANGUAGE_ONLY.get(language, ()))
+
+
+# Words that may stand before a use of a function (`return fopen(...)`), unlike a type in a declaration.
+_NOT_TYPES = {"return", "else", "do", "case", "throw", "co_return", "sizeof", "new", "delete"}
+
+
+def _declares(before: str) -> bool:
+    """Whether a name after ``before`` is being declared (`void* dlsym(`), not used (`= dlsym(`)."""
+    before = before.rstrip()
+    word = re.search(r"\w+$", before)
+    return before.endswith(("*", "&", ">")) or (word is not None and word.group() not in _NOT_TYPES)
+
+
+def _where(name: str, blanked: str, shown: str, first_line: int) -> str | None:
+    """"line N of <shown>" where the learner's text uses ``name``: its last part first (`fopen`, `new` of
+    ``operator new[]``), then the others; a use before a declaration."""
+    parts = [p for p in re.findall(r"[A-Za-z_]\w*", name) if p != "operator"]
+    for part in reversed(parts):
+        found = list(re.finditer(rf"\b{re.escape(part)}\b", blanked))
+        uses = [m for m in found if not _declares(blanked[max(0, m.start() - 200): m.start()])]
+        if found:
+            return f"line {_line_of(blanked, (uses or found)[0].start(), first_line)} of {shown}"
+    return None
+
+
+def refuse_host_symbols(obj: Path, runtime: Path, blanked: str, language: str, shown: str,
+                        first_line: int) -> str | None:
+    """The sentence refusing the first call in the compiled ``obj`` that device code cannot make, or None."""
+    provided = runtime_symbols(runtime)
+    for line in _nm(["-u", "-p", "-C"], obj):
+        symbol = _symbol(line)
+        name = qualified_name(symbol)
+        calls_itself = name in HEADERS_ONLY and re.search(rf"\b{name}\s*\(", blanked)
+        if _allowed(name, language, provided) and not calls_itself:
+            continue
+        where = _where(name, blanked, shown, first_line)
+        cplusplus = "::" in name or name.startswith("operator")
+        kind = f"a {'host ' if language == 'cuda' else ''}{'C++' if cplusplus else 'C'} library function"
+        rule = ("device code cannot call it (nvcc rejects host calls in __global__ and __device__ functions)"
+                if language == "cuda" else "Metal has no C or C++ library, so a kernel cannot call it")
+        head = f"{where} calls `{name}`" if where else f"{shown} calls `{name}` (through a macro?)"
+        return f"{head}, {kind}: {rule}. {CAN_CALL[language]}"
+    return None

@@ -1,0 +1,145 @@
+"""The re-check's parts, each on its own (the cheating corpus grades them together through nbgrader).
+
+``course.recording`` records what a learner's function answered; ``course.recheck`` grades the
+instructor's tests again from those answers, where no answer cell runs; ``autograder.grade.recheck``
+builds its input from the lesson and the graded notebook.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.grade.recheck import answer_cells, build_job, grades_through_course
+from autograder.release.build import ReleaseError, check_test_cells, find_assignments
+from course.exercises import EXERCISES
+from course.recheck import run_job
+from course.recording import MIME, Recorder, Replay, decode, encode
+from course.tracks.table import exercises
+
+LESSON = "01_naive_attention"
+BYTES_TEST = 'course.check("01.naive_bytes_read", naive_bytes_read)'
+
+
+def _right_bytes(n, d, dtype):
+    return n * (d + 3 * n * d) * torch.empty((), dtype=dtype).element_size()
+
+
+def _recorded(fn) -> dict:
+    """The recording the notebook's check of ``fn`` leaves (what a test cell's output holds)."""
+    recorder = Recorder("01.naive_bytes_read", fn, "naive_bytes_read")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+        EXERCISES["01.naive_bytes_read"].run(recorder)
+    return {"01.naive_bytes_read": recorder.calls}
+
+
+def _job(recordings: dict, test: str = BYTES_TEST) -> dict:
+    return {"setup": ["import course, torch"], "tests": [{"cell": "t", "source": test}], "recordings": recordings,
+            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"]}]}
+
+
+def test_encoded_values_come_back_exactly() -> None:
+    values = [torch.arange(6, dtype=torch.float16).reshape(2, 3), torch.empty(0, 4), torch.float32, (1, 2.5, None),
+              ["a", True]]
+    for value in values:
+        back = decode(json.loads(json.dumps(encode(value))))
+        if isinstance(value, torch.Tensor):
+            assert back.dtype == value.dtype and torch.equal(back, value)
+        else:
+            assert back == value
+    with pytest.raises(ValueError):
+        decode({"tensor": "", "dtype": "Tensor", "shape": [0]})  # a name in torch that is not a dtype
+
+
+def test_right_answers_pass_and_wrong_or_missing_ones_fail() -> None:
+    assert run_job(_job(_recorded(_right_bytes)))["t"]["passed"]
+    wrong = run_job(_job(_recorded(lambda n, d, dtype: 0)))["t"]
+    assert not wrong["passed"] and "01.naive_bytes_read" in wrong["message"]
+    missing = run_job(_job({}))["t"]
+    assert not missing["passed"] and "holds no answer of `naive_bytes_read`" in missing["message"]
+
+
+def test_a_forged_recording_passes_only_where_its_answer_is_right() -> None:
+    """Recordings are data the learner's notebook wrote: a forged one must still be the right answer to the
+    check's own inputs, call by call, to pass."""
+    forged = _recorded(_right_bytes)
+    calls = forged["01.naive_bytes_read"]
+    first = next(iter(calls))
+    calls[first] = calls[first] + 2
+    result = run_job(_job(forged))["t"]
+    assert not result["passed"] and "01.naive_bytes_read" in result["message"]
+
+
+def test_a_test_that_calls_the_answer_itself_is_told_it_cannot_be_rechecked() -> None:
+    result = run_job(_job(_recorded(_right_bytes), "assert naive_bytes_read(1, 16, torch.float32) == 196"))["t"]
+    assert not result["passed"] and "rather than through course.check" in result["message"]
+
+
+def test_only_tests_that_call_the_course_are_rechecked() -> None:
+    assert grades_through_course(BYTES_TEST)
+    assert grades_through_course("import course\n### BEGIN HIDDEN TESTS\ncourse.check_tracks('x', triton=f)\n")
+    assert not grades_through_course("assert add(1, 2) == 3")
+    assert not grades_through_course("check = course\nprint(check)")  # naming the module grades nothing
+    assert not grades_through_course("course.check(")  # a syntax error cannot pass anyway
+
+
+def test_the_course_releases_no_test_the_recheck_cannot_judge(tmp_path: Path) -> None:
+    solutions = Path(__file__).resolve().parents[2] / "solutions"
+    check_test_cells(solutions, find_assignments(solutions))
+    lesson = json.loads((solutions / LESSON / f"{LESSON}.ipynb").read_text(encoding="utf-8"))
+    for cell in lesson["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "test_naive_bytes_read":
+            cell["source"] = "assert naive_bytes_read(1, 16, torch.float32) == 196"
+    (tmp_path / LESSON).mkdir()
+    (tmp_path / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(lesson), encoding="utf-8")
+    with pytest.raises(ReleaseError, match=r"01_naive_attention.ipynb cell \d+ \('test_naive_bytes_read'\)"):
+        check_test_cells(tmp_path, [LESSON])
+
+
+@pytest.mark.parametrize("assignment", find_assignments(Path(__file__).resolve().parents[2] / "solutions"))
+def test_every_triton_answer_cell_names_a_kernel_file_of_the_table(repo: Path, assignment: str) -> None:
+    """The re-check launches a Triton cell's kernels with the wrapper of the file the cell mirrors."""
+    notebook = json.loads((repo / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    files = {row.kernel_file for row in exercises(track="triton")}
+    for answer in answer_cells(notebook):
+        if answer["kind"] == "triton":
+            assert answer["kernel_file"] in files, answer
+
+
+def test_the_job_takes_answers_from_the_handed_in_notebook_and_recordings_from_test_outputs(repo: Path) -> None:
+    source = json.loads((repo / "solutions" / LESSON / f"{LESSON}.ipynb").read_text(encoding="utf-8"))
+    graded = json.loads(json.dumps(source))
+    bundle = {"exercise": "01.naive_bytes_read", "calls": {"k": 1}}
+    for cell in graded["cells"]:
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id == "naive_bytes_read":
+            cell["source"] = "def naive_bytes_read(n, d, dtype):\n    return 0\n"
+        if grade_id in ("test_naive_bytes_read", "naive_triton"):  # only a test cell's recording counts
+            cell["outputs"] = [{"output_type": "display_data", "metadata": {}, "data": {MIME: json.dumps(bundle)}}]
+    job = build_job(source, graded)
+    answers = {a["cell"]: a for a in job["answers"]}
+    assert answers["naive_bytes_read"]["source"].endswith("return 0\n")
+    assert job["recordings"] == {"01.naive_bytes_read": {"k": 1}}
+    assert job["kept"] == [] and {t["cell"] for t in job["tests"]} >= {"test_naive_bytes_read", "test_naive_kernel_hidden"}
+    assert any("BEGIN HIDDEN TESTS" in t["source"] for t in job["tests"])  # the grader's copy, hidden tests in
+
+
+def test_a_replay_outside_any_check_refuses() -> None:
+    with pytest.raises(Exception, match="rather than through course.check"):
+        Replay("f", {})(1)
+
+
+def test_tests_that_failed_in_the_notebook_are_not_run_again(repo: Path) -> None:
+    """The re-check only takes points away, so a test with no points to lose costs it nothing."""
+    source = json.loads((repo / "solutions" / LESSON / f"{LESSON}.ipynb").read_text(encoding="utf-8"))
+    graded = json.loads(json.dumps(source))
+    for cell in graded["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "test_naive_kernel":
+            cell["outputs"] = [{"output_type": "error", "ename": "CheckFailed", "evalue": "", "traceback": []}]
+    job = build_job(source, graded)
+    assert job["failed_before"] == ["test_naive_kernel"]
+    assert "test_naive_kernel" not in {t["cell"] for t in job["tests"]}
