@@ -17,7 +17,7 @@ from course.engines import (Mistake, Report, check_attention, check_backward, ch
                             check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
 from course.isolation import run_isolated
-from course.recording import Recorder, Replay, emit, recording_wanted
+from course.recording import Recorder, Replay, autograding, emit
 from course.inputs import Case, standard_cases
 
 __all__ = ["Exercise", "EXERCISES", "check"]
@@ -446,7 +446,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     if isinstance(candidate, Replay):
         graded = candidate.for_exercise(exercise)
     recorder = None
-    if (row is None and chosen.takes == "function" and not chosen.isolated and recording_wanted()
+    if (row is None and chosen.takes == "function" and not chosen.isolated and autograding()
             and not isinstance(candidate, Replay)):
         # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
         recorder = graded = Recorder(exercise, candidate, getattr(candidate, "__name__", exercise))
@@ -483,7 +483,7 @@ def _triton_kernels(exercise: str, candidate: Any):
 def _gate_wanted(row, learner) -> bool:
     """Compile with the real compiler, except the course's own files (the compile gate covers those) and the
     notebook run of the grader (its re-check compiles)."""
-    if os.environ.get("NBGRADER_EXECUTION"):
+    if autograding():
         return False
     from course.kernels import kernel_path
     return learner.text != kernel_path(row.kernel_file).read_text(encoding="utf-8")

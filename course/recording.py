@@ -21,7 +21,7 @@ import os
 import zlib
 from typing import Any, Callable
 
-__all__ = ["MIME", "Recorder", "Replay", "call_key", "encode", "decode", "recording_wanted", "emit"]
+__all__ = ["MIME", "Recorder", "Replay", "call_key", "encode", "decode", "autograding", "emit"]
 
 MIME = "application/vnd.flashattention-course.answers+json"
 _TENSOR, _DTYPE, _SEQ, _ERROR, _OTHER = "tensor", "dtype", "seq", "error", "other"
@@ -167,8 +167,9 @@ class Replay:
         return decode(answer)
 
 
-def recording_wanted() -> bool:
-    """Record under the grader only: in a learner's lab the output would only be clutter."""
+def autograding() -> bool:
+    """Whether this is nbgrader's autograde run of a notebook: the checks record there (in a learner's lab a
+    recording would only be clutter), the re-check compiles, and widgets draw nothing."""
     return os.environ.get("NBGRADER_EXECUTION") == "autograde"
 
 

@@ -6,7 +6,6 @@ that wires sliders to a plot. Builders return the widget so a notebook cell can 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +34,8 @@ class NotWhileGrading:
 def _interactive(builder):
     @functools.wraps(builder)
     def build(*args, **kwargs):
-        if os.environ.get("NBGRADER_EXECUTION"):
+        from course.recording import autograding
+        if autograding():
             return NotWhileGrading(builder.__name__)
         return builder(*args, **kwargs)
     return build

@@ -61,14 +61,9 @@ class Cheat:
         return self.feedback.startswith(_CAUGHT)
 
 
-def _student_cells(repo: Path) -> dict[str, str]:
-    notebook = repo / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
-    return {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
-
-
-def _solution_cells(repo: Path) -> dict[str, str]:
-    notebook = repo / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+def _cells(repo: Path, folder: str) -> dict[str, str]:
+    """Each cell's source by grade id, in ``folder``'s copy of the lesson (``notebooks`` or ``solutions``)."""
+    notebook = repo / folder / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     return {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
 
@@ -100,7 +95,7 @@ def as_submission(cheats: "Cheat | tuple[Cheat, ...]", repo: Path) -> HostileSub
     """One entry, or a pack of entries that change different cells, as a submission the hostile corpus's
     tools build and grade (named after its entries)."""
     pack = cheats if isinstance(cheats, tuple) else (cheats,)
-    stubs = _student_cells(repo)
+    stubs = _cells(repo, "notebooks")
     changes = tuple(change for cheat in pack for change in cheat.changes)
     changes += tuple(Change(cell, source=stubs[cell]) for cheat in pack for cell in cheat.stub_tracks)
     cells = [change.cell for change in changes]
@@ -131,14 +126,14 @@ def naive_bytes_read(n, d, dtype):
 
 def _triton_with_wrapper_body(repo: Path, body: str) -> str:
     """The student's Triton cell (kernel still a stub) with the wrapper's last line replaced by ``body``."""
-    stub = _student_cells(repo)["naive_triton"]
+    stub = _cells(repo, "notebooks")["naive_triton"]
     head, tail = stub.rsplit("    return o", 1)
     return head + body.strip("\n") + tail
 
 
 def _solution_edit(repo: Path, cell: str, old: str, new: str) -> str:
     """The instructor's answer in ``cell`` with its first ``old`` replaced by ``new``."""
-    text = _solution_cells(repo)[cell]
+    text = _cells(repo, "solutions")[cell]
     if old not in text:
         raise ValueError(f"the cheating corpus expects {old!r} in the {cell} solution; update it")
     return text.replace(old, new, 1)
@@ -174,7 +169,7 @@ course.exercises.check_values = lambda exercise, *a, **k: Report(exercise, 4)
               "puts the real one back",
               (Change("attention_torch", source=_WRONG_ATTENTION + "\nimport course\ncourse.real_check = course.check\n"
                                                                  "course.check = lambda *a, **k: None\n"),
-               Change("naive_bytes_read", source=_solution_cells(repo)["naive_bytes_read"]
+               Change("naive_bytes_read", source=_cells(repo, "solutions")["naive_bytes_read"]
                       + "\n\ncourse.check = course.real_check\n")),
               loses=_TORCH_TESTS, feedback=_CAUGHT),
         Cheat("patches-torch", "a wrong attention_torch whose cell makes torch report every comparison as equal",
