@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from course import roofline, tiers
+from course.engines import _call as learner_call
 from course.engines import (Mistake, Report, check_attention, check_backward, check_merge_states, check_softmax,
                             check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
@@ -223,6 +224,144 @@ def _backward_simt(exercise: str, kind: str):
     return run
 
 
+# -- lesson 03: tiling ---------------------------------------------------------------------------
+
+def _tiled_torch_cases() -> list[Case]:
+    return [Case(1, 1, 16), Case(17, 17, 32, kind="peaky", seed=1), Case(70, 33, 16, seed=2),
+            Case(33, 70, 64, kind="peaky", seed=3), Case(40, 40, 16, kind="constant_rows", seed=4),
+            Case(24, 50, 32, dtype=torch.float16, seed=5)]
+
+
+# Block sizes the check hands the learner's function: square, tall and wide tiles, none dividing every N.
+_TILE_SIZES = ((16, 16), (32, 16), (16, 64))
+# The case whose run is watched: big enough that the N×N matrix, or a strip of BLOCK_M rows by all the
+# keys, is larger than any tensor a tiled loop needs (inputs of N × D, a BLOCK_M × BLOCK_N × D product).
+_WATCHED = Case(448, 384, 16, seed=6)
+_WATCHED_TILES = (32, 16)
+
+
+def _with_tiles(fn, block_m: int, block_n: int):
+    def call(q, k, v, **kwargs):
+        return fn(q, k, v, block_m=block_m, block_n=block_n, **kwargs)
+    call.__name__ = getattr(fn, "__name__", "tiled_attention_torch")
+    return call
+
+
+def _check_footprint(exercise: str, fn) -> None:
+    """Run ``fn`` on the watched case and fail if it built what a tiled loop never needs."""
+    from course.footprint import watch
+    case, (bm, bn) = _WATCHED, _WATCHED_TILES
+    if isinstance(fn, Recorder):  # watch the learner's function, not the recording's hashing of its arguments
+        fn = fn.fn
+    q, k, v = case.tensors()
+    n_q, n_k, d = case.n_q, case.n_k, case.d
+    limit = max(n_q * d, n_k * d, bm * bn * d)
+    pairs = -(-n_q // bm) * -(-n_k // bn)
+    where = f"on Nq={n_q}, Nk={n_k}, D={d} with block_m={bm}, block_n={bn}"
+    # Errors of the learner's code read as in any check (their frames only, a stub says so).
+    _, seen = learner_call(exercise, lambda: watch(fn, q, k, v, block_m=bm, block_n=bn, max_elements=limit,
+                                                   max_products=2 * pairs + 2), (), {}, where)
+    if seen.fused_attention:
+        raise CheckFailed(f"{exercise}: your function calls PyTorch's own attention ({', '.join(seen.fused_attention)}) "
+                          f"{where}. This exercise is the tiled loop itself: Q tiles, K/V tiles, the running m, l "
+                          f"and accumulator, written with plain tensor operations.")
+    if seen.largest > limit:
+        shape = " × ".join(map(str, seen.largest_shape))
+        strip = f" (that is BLOCK_M rows by every key)" if n_k in seen.largest_shape and bm in seen.largest_shape else ""
+        raise CheckFailed(
+            f"{exercise}: {where} your function built a tensor of {shape} = {seen.largest:,} elements "
+            f"(by {seen.largest_op}){strip}; a tiled loop never needs more than a Q tile, a K/V tile, a "
+            f"{bm} × {bn} score tile and the {n_q} × {d} output.\n"
+            f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
+            f"accumulator from one K/V tile to the next; nothing as wide as all {n_k} keys may exist.")
+    if seen.outside_torch_bytes >= n_q * n_k * 4:
+        raise CheckFailed(f"{exercise}: {where} your function allocated {seen.outside_torch_bytes:,} bytes outside "
+                          f"PyTorch (numpy arrays or Python lists), as much as the whole {n_q} × {n_k} score "
+                          f"matrix in float32. Work on torch tensors, one tile at a time.")
+    if seen.products > 2 * pairs + 2:
+        raise CheckFailed(f"{exercise}: {where} your function made more than {2 * pairs + 2:,} matrix products; tiles of "
+                          f"{bm} × {bn} need two per pair of tiles, {2 * pairs:,} in all. Use the block_m and "
+                          f"block_n it is given: a Q tile of block_m rows against a K/V tile of block_n keys.")
+
+
+def _tiled_torch(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = list(cases) if cases is not None else _tiled_torch_cases()
+    # A first small case says "not implemented yet" to a stub and names a wrong formula before the
+    # watched run, whose messages are about what the loop builds.
+    check_attention("03.tiled_torch", _with_tiles(fn, 16, 16), [Case(17, 17, 32, kind="peaky", seed=1)], with_lse=True)
+    if not isinstance(fn, Replay):  # a recording holds answers, not the run that made them
+        _check_footprint("03.tiled_torch", fn)
+    report = None
+    for bm, bn in _TILE_SIZES:
+        tiled = _with_tiles(fn, bm, bn)
+        result = check_attention("03.tiled_torch", tiled, cases, with_lse=True)
+        report = report or result
+    check_attention("03.tiled_torch", _with_tiles(fn, 16, 32), [Case(20, 40, 32, seed=9)], scale=0.3,
+                    pass_scale=True, with_lse=True)
+    return report
+
+
+def _tiled_bytes_mistakes() -> list[Mistake]:
+    def count(q_reads=1, kv=2, o=1, lse=4, programs=None, per_element=True):
+        def formula(n_q, n_k, d, block_m, bytes_per_element):
+            b = bytes_per_element if per_element else 1
+            p = programs(n_q, block_m) if programs else -(-n_q // block_m)
+            return b * (q_reads * n_q * d + p * kv * n_k * d + o * n_q * d) + (lse if per_element else 1) * n_q
+        return formula
+    return [
+        Mistake("elements, not bytes: multiply by the bytes per element (and LSE is float32, 4 bytes a row).",
+                count(per_element=False)),
+        Mistake("K and V are read once per *query tile*, not once in total: each of the ceil(Nq / BLOCK_M) programs "
+                "streams all of K and V.", count(programs=lambda n, m: 1)),
+        Mistake("the last query tile is partial but still a program: there are ceil(Nq / BLOCK_M) programs, "
+                "not Nq // BLOCK_M.", count(programs=lambda n, m: n // m)),
+        Mistake("that is one program per query row (the naive kernel's traffic): with tiles, K and V are read "
+                "once per BLOCK_M rows.", count(programs=lambda n, m: n)),
+        Mistake("the LSE is written too: one float32 (4 bytes) per query row.", count(lse=0)),
+        Mistake("the LSE is stored as float32 whatever the inputs are: 4 bytes a row, not bytes_per_element.",
+                lambda n_q, n_k, d, block_m, bytes_per_element: roofline.tiled_kernel_bytes(
+                    n_q, n_k, d, block_m, bytes_per_element) - 4 * n_q + bytes_per_element * n_q),
+        Mistake("O is written once (N × D elements): the count has reads only.", count(o=0)),
+        Mistake("both K and V are streamed: each program reads 2 · Nk · D elements of them.", count(kv=1)),
+    ]
+
+
+def _tiled_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(n_q=1, n_k=1, d=16, block_m=16, bytes_per_element=4),
+                         dict(n_q=4096, n_k=4096, d=128, block_m=128, bytes_per_element=2),
+                         dict(n_q=1000, n_k=300, d=64, block_m=64, bytes_per_element=4),
+                         dict(n_q=200, n_k=4096, d=64, block_m=32, bytes_per_element=2)]
+    return check_values("03.tiled_bytes", fn, roofline.tiled_kernel_bytes, args, _tiled_bytes_mistakes())
+
+
+def _shared_bytes_expected(block_m: int, block_n: int, d: int) -> int:
+    from course.tracks.common import Tiles
+    from course.tracks.cuda import shared_memory_bytes
+    return shared_memory_bytes("tiled", Tiles(block_m, block_n), d)
+
+
+def _shared_mistake(text: str, pad: int = 1, q: bool = True, v_pad: int = 0, size: int = 4, buffers: int = 1):
+    return Mistake(text, lambda block_m, block_n, d: size * ((block_m * d if q else 0)
+                                                             + buffers * block_n * (2 * d + pad + v_pad)))
+
+
+_SHARED_MISTAKES = [
+    _shared_mistake("K's rows are padded by one float (d + 1 floats a row): the padding is what keeps the 32 lanes "
+                    "of a warp in 32 different banks.", pad=0),
+    _shared_mistake("bytes, not floats: each float of a tile takes 4 bytes.", size=1),
+    _shared_mistake("the Q tile lives in shared memory too (block_m × d floats), beside the K and V tiles.", q=False),
+    _shared_mistake("only K's rows are padded; V is read along its rows and needs no padding.", v_pad=1),
+    _shared_mistake("this kernel holds one K and one V tile at a time (two of each is lesson 04's double buffering).",
+                    buffers=2),
+]
+
+
+def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(block_m=16, block_n=32, d=64), dict(block_m=4, block_n=32, d=128),
+                         dict(block_m=32, block_n=64, d=16), dict(block_m=8, block_n=96, d=32)]
+    return check_values("03.shared_bytes", fn, _shared_bytes_expected, args, _SHARED_MISTAKES)
+
+
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
 # Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
 # races between programs (the interpreter runs programs one by one, so a race would go unseen).
@@ -394,6 +533,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("02.online_softmax_attention_triton", "One sweep over the keys with the online softmax (Triton)",
              _row_kernel("02.online_softmax_attention_triton", (Case(6, 129, 16, kind="peaky", seed=8),)),
              isolated=True),
+    Exercise("03.tiled_torch", "The tiled forward in PyTorch: O and LSE, no N×N matrix", _tiled_torch),
+    Exercise("03.tiled_bytes", "Global-memory traffic of the tiled kernel", _tiled_bytes),
+    Exercise("03.shared_bytes", "Shared memory a block of the tiled kernel needs", _shared_bytes),
     Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_triton", fn, cases), isolated=True),
     Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",

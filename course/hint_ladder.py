@@ -48,6 +48,13 @@ _ONE_PASS = (
     "m = m_new. At the end O = acc / l.",
 )
 
+_TILED = (
+    "The Q tile stays on chip; K and V come through in tiles. Which three things per query row survive from one "
+    "K/V tile to the next?",
+    "m, l and the accumulator, exactly as in lesson 02; a tile of keys is one online step for every row of the Q "
+    "tile at once.",
+)
+
 LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("00.attention_flops",
             "Attention has two matrix products. Which, and what are their shapes?",
@@ -104,6 +111,38 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "In the warp kernel each chunk of 32 keys is one online step: the chunk's max and sum come from the "
             "butterfly reductions, and every lane rescales its own accumulator columns by the same factor."),
     _ladder("02.online_softmax_metal", *_ONE_PASS),
+    _ladder("03.tiled_torch",
+            "Two loops: over Q tiles of block_m rows (outside), over K/V tiles of block_n keys (inside). What must a "
+            "Q tile carry from one K/V tile to the next?",
+            "Per Q tile: m (block_m,) at -inf, l (block_m,) at 0, acc (block_m, D) at 0. Per K/V tile: s = q_i @ k_j.T "
+            "* scale, a (block_m, block_n) score tile, and lesson 02's online update row by row.",
+            "m_new = max(m, s.amax(1)); a = exp(m - m_new); p = exp(s - m_new[:, None]); l = l·a + p.sum(1); "
+            "acc = acc·a[:, None] + p @ v_j; m = m_new. After the last K/V tile: O_i = acc / l[:, None], "
+            "LSE_i = m + log(l).",
+            cell="03_tiling/tiled_torch"),
+    _ladder("03.tiled_bytes",
+            "Count per program (one Q tile of BLOCK_M rows), then multiply by the number of programs. How many "
+            "programs cover Nq rows?",
+            "ceil(Nq / BLOCK_M) programs; each reads its Q tile once and every K and V row once (2·Nk·D elements).",
+            "bytes = b·(Nq·D [Q] + ceil(Nq/BLOCK_M)·2·Nk·D [K, V] + Nq·D [O]) + 4·Nq [LSE, float32].",
+            cell="03_tiling/tiled_bytes"),
+    _ladder("03.shared_bytes",
+            "Which tiles does one block keep in shared memory at the same time, and how big is each, in floats?",
+            "The Q tile (block_m × d), one K tile and one V tile (block_n rows each). K's rows carry one float of "
+            "padding.",
+            "4 · (block_m·d + block_n·(d + 1) + block_n·d) bytes.",
+            cell="03_tiling/shared_bytes"),
+    _ladder("03.tiled_triton", *_TILED,
+            "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
+            "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "
+            "acc += tl.dot(p, v, input_precision=\"ieee\") after rescaling."),
+    _ladder("03.tiled_cuda", *_TILED,
+            "In CUDA C: __syncthreads() before the copy (nobody still reads the old tile) and after it (the tile is "
+            "complete); the copy is a loop i = threadIdx.x; i < block_n·d; i += blockDim.x; then step 02's warp update "
+            "on each chunk of 32 keys of the tile, reading K and V from shared memory."),
+    _ladder("03.tiled_metal", *_TILED,
+            "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
+            "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),
 ]}
 
 # How often each exercise's ladder has been climbed in this kernel (a fresh kernel starts again).

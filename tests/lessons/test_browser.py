@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LESSON01 = REPO / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb"
 STUDENT = {lesson: REPO / "notebooks" / lesson / f"{lesson}.ipynb"
-           for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax")}
+           for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling")}
 RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the rest is headroom
 
 

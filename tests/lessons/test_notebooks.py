@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 from autograder.kernel_polling import poll_shell_in_slices
 from course.tools.sync import sync_all
 
-LESSONS = ["00_orientation", "01_naive_attention", "02_online_softmax"]
+LESSONS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling"]
 
 
 def _solution(repo: Path, lesson: str) -> Path:
