@@ -362,6 +362,88 @@ def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
     return check_values("03.shared_bytes", fn, _shared_bytes_expected, args, _SHARED_MISTAKES)
 
 
+# -- lesson 04: memory transactions and banks -----------------------------------------------------
+
+def _sectors_expected(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
+    from course.memory_model import WARP, sectors_touched
+    return len(sectors_touched([offset_bytes + lane * stride_bytes for lane in range(WARP)], access_bytes))
+
+
+_SECTOR_MISTAKES = [
+    Mistake("a sector is 32 bytes wherever the lanes' bytes are: count the distinct 32-byte-aligned segments "
+            "they touch, not the bytes they ask for divided by 32.",
+            lambda offset_bytes, stride_bytes, access_bytes: -(-32 * access_bytes // 32)),
+    Mistake("lanes share a sector when their bytes fall in the same 32-byte segment: one sector per lane is "
+            "the worst case, not the rule.", lambda offset_bytes, stride_bytes, access_bytes: 32),
+    Mistake("that counts every sector between the first and the last byte; sectors that no lane touches are "
+            "not moved.", lambda offset_bytes, stride_bytes, access_bytes:
+            (offset_bytes + 31 * stride_bytes + access_bytes - 1) // 32 - offset_bytes // 32 + 1),
+    Mistake("the offset matters: sectors start at multiples of 32 bytes, so a run that starts 4 bytes late "
+            "reaches into one more sector.", lambda offset_bytes, stride_bytes, access_bytes:
+            _sectors_expected(0, stride_bytes, access_bytes)),
+]
+
+
+def _warp_sectors(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(offset_bytes=0, stride_bytes=4, access_bytes=4),
+                         dict(offset_bytes=4, stride_bytes=4, access_bytes=4),
+                         dict(offset_bytes=0, stride_bytes=16, access_bytes=16),
+                         dict(offset_bytes=0, stride_bytes=256, access_bytes=4),
+                         dict(offset_bytes=0, stride_bytes=8, access_bytes=4),
+                         dict(offset_bytes=64, stride_bytes=0, access_bytes=4),
+                         dict(offset_bytes=16, stride_bytes=16, access_bytes=16)]
+    return check_values("04.warp_sectors", fn, _sectors_expected, args, _SECTOR_MISTAKES)
+
+
+def _bank_ways_expected(row_floats: int, pad_floats: int) -> int:
+    from course.memory_model import bank_conflict_ways, warp_column_walk
+    walk = warp_column_walk(row_floats=row_floats, pad_floats=pad_floats)
+    return bank_conflict_ways(walk.byte_addresses, walk.access_bytes)
+
+
+_BANK_MISTAKES = [
+    Mistake("the padding is part of the row: lane j's word is j · (row_floats + pad_floats), not j · row_floats.",
+            lambda row_floats, pad_floats: _bank_ways_expected(row_floats, 0)),
+    Mistake("conflicts are not all or nothing: lanes j and j' meet in a bank when (j − j') · stride is a multiple "
+            "of 32 words, so the degree is gcd(stride, 32), which can be 2, 4, 8 or 16.",
+            lambda row_floats, pad_floats: 32 if (row_floats + pad_floats) % 32 == 0 else 1),
+    Mistake("that is the number of different banks the warp uses; the conflict degree is how many lanes share "
+            "each of them: 32 divided by that.", lambda row_floats, pad_floats:
+            32 // _bank_ways_expected(row_floats, pad_floats)),
+]
+
+
+def _bank_ways(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(row_floats=64, pad_floats=0), dict(row_floats=64, pad_floats=1),
+                         dict(row_floats=64, pad_floats=4), dict(row_floats=16, pad_floats=0),
+                         dict(row_floats=33, pad_floats=0), dict(row_floats=24, pad_floats=0),
+                         dict(row_floats=64, pad_floats=2), dict(row_floats=128, pad_floats=8)]
+    return check_values("04.bank_ways", fn, _bank_ways_expected, args, _BANK_MISTAKES)
+
+
+# -- lesson 05: who holds which element of a fragment ------------------------------------------------
+
+def _fragment_lane_expected(track: str, row: int, col: int) -> int:
+    from course.fragments import fragment_map
+    return int(fragment_map(track)[0][row, col])
+
+
+_FRAGMENT_MISTAKES = [
+    Mistake("rows and columns are swapped: the stored map's row index is the fragment's row.",
+            lambda track, row, col: _fragment_lane_expected(track, col, row)),
+    Mistake("that is the element (slot) number inside the lane, the second map; the question is the lane.",
+            lambda track, row, col: __import__("course.fragments", fromlist=["fragment_map"]).fragment_map(track)[1]
+            [row, col]),
+]
+
+
+def _fragment_lane(fn, arguments: Iterable[dict] | None = None) -> Report:
+    from course.fragments import FRAGMENTS
+    args = arguments or [dict(track=track, row=r, col=c) for track, shape in FRAGMENTS.items()
+                         for r in range(shape.rows) for c in range(shape.cols)]
+    return check_values("05.fragment_lane", fn, _fragment_lane_expected, args, _FRAGMENT_MISTAKES)
+
+
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
 # Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
 # races between programs (the interpreter runs programs one by one, so a race would go unseen).
@@ -538,8 +620,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("03.shared_bytes", "Shared memory a block of the tiled kernel needs", _shared_bytes),
     Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_triton", fn, cases), isolated=True),
+    Exercise("04.warp_sectors", "32-byte sectors a warp's access touches", _warp_sectors),
+    Exercise("04.bank_ways", "Bank conflicts of a column walk through a padded shared tile", _bank_ways),
     Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",
              lambda fn, cases=None: _tiled("04.double_buffer_triton", fn, cases), isolated=True),
+    Exercise("05.fragment_lane", "Which lane holds an element of a matrix fragment, found by experiment",
+             _fragment_lane),
     Exercise("05.mma_triton", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
              lambda fn, cases=None: _tiled("05.mma_triton", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
     Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),

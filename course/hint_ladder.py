@@ -55,6 +55,20 @@ _TILED = (
     "tile at once.",
 )
 
+_PING_PONG = (
+    "Two buffers for K and two for V: tile t is computed on in buffer t % 2. Which buffer does the copy of tile "
+    "t + 1 go to, and when may it start?",
+    "One barrier per tile is enough: it publishes the tile about to be read (read-after-write) and retires the "
+    "buffer about to be overwritten, whose last reader was the previous step (write-after-read).",
+)
+
+_SPILL = (
+    "The online update needs row r of the O accumulator multiplied by alpha_r. Can a lane tell which row its "
+    "fragment elements belong to?",
+    "It cannot (the layout is not specified), so go through shared memory, where element (r, c) has a known "
+    "address: spill, scale, reload, with a barrier after the spill and after the scale.",
+)
+
 LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("00.attention_flops",
             "Attention has two matrix products. Which, and what are their shapes?",
@@ -132,6 +146,48 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "padding.",
             "4 · (block_m·d + block_n·(d + 1) + block_n·d) bytes.",
             cell="03_tiling/shared_bytes"),
+    _ladder("04.warp_sectors",
+            "List the byte ranges the 32 lanes read: lane i reads access_bytes bytes from offset + i · stride.",
+            "A byte at address a lies in sector a // 32. A lane's access may cover more than one sector.",
+            "Collect every sector of every lane's bytes in a set (first byte // 32 .. last byte // 32) and count "
+            "the set.",
+            cell="04_double_buffering/warp_sectors"),
+    _ladder("04.bank_ways",
+            "Lane j reads word j · (row_floats + pad_floats) of the tile. Which bank is that word in?",
+            "Bank = word % 32. Count, for each bank, how many different words the 32 lanes ask it for.",
+            "The degree is the largest of those counts; it equals gcd(row_floats + pad_floats, 32).",
+            cell="04_double_buffering/bank_ways"),
+    _ladder("04.double_buffer_triton", *_TILED[:1],
+            "Write the loop with tl.range over the K/V tiles: the compiler pipelines it num_stages deep. Load the "
+            "tiles with k_desc.load([start_n, 0]) and v_desc.load([start_n, 0]).",
+            "The descriptor pads missing keys with zeros, which would score 0: set scores of keys past N_CTX_K to "
+            "-inf. The softmax is in base 2 here (tl.exp2, the scale already holds log2 e)."),
+    _ladder("04.double_buffer_cuda", *_PING_PONG,
+            "CUDA C: load_tile(...) the next tile into buffer (t + 1) % 2 at the top of step t, compute on buffer "
+            "t % 2, then one __syncthreads() at the end of the step."),
+    _ladder("04.double_buffer_metal", *_PING_PONG,
+            "Metal: threadgroup_barrier(mem_flags::mem_threadgroup) at the top of each step, then the copy of tile "
+            "t + 1 into buffer (t + 1) % 2, then the compute on buffer t % 2."),
+    _ladder("05.fragment_lane",
+            "Print the stored lane map of each fragment and look along a row: when does the lane number change?",
+            "CUDA (16 × 16, 8 elements a lane on this runtime): two lanes share a row. Metal (8 × 8, 2 a lane): "
+            "write the lane's bits out and see which bits give the row and which the column.",
+            "Write a formula per track from row and col (integer division, modulo, bit tests) and compare it with "
+            "the map for every cell before you check it.",
+            cell="05_matrix_units/fragment_lane"),
+    _ladder("05.mma_triton",
+            "Keep the Q, K and V tiles in their 16-bit dtype: tl.dot runs on the tensor cores only when its inputs are "
+            "fp16/bf16.",
+            "s = tl.dot(q, tl.trans(k)) accumulates in fp32; p is fp32 too: cast it with p.to(v.dtype) right before "
+            "tl.dot(p, v, acc).",
+            "acc = acc * alpha[:, None] is fine here: Triton knows which row each register of acc holds, so no "
+            "spill is needed."),
+    _ladder("05.mma_cuda", *_SPILL,
+            "CUDA C: store_matrix_sync each O fragment to the warp's O strip (mem_row_major), __syncwarp(), lanes "
+            "2r and 2r + 1 scale row r by alpha_r, __syncwarp(), load_matrix_sync it back."),
+    _ladder("05.mma_metal", *_SPILL,
+            "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
+            "it by correction_r, simdgroup_barrier, simdgroup_load it back."),
     _ladder("03.tiled_triton", *_TILED,
             "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
             "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "

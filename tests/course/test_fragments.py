@@ -8,6 +8,7 @@ import pytest
 
 from course.fragments import FRAGMENTS, experiment_source, fragment_map, lane_cells, owner_text
 from course.simt import RawModule
+from widget_support import first_widget
 
 SHAPES = {"cuda": (16, 16, 8), "metal": (8, 8, 2)}  # rows, cols, elements per lane
 
@@ -106,14 +107,6 @@ def test_the_note_says_whose_map_it_is():
 # --- the widget ---
 
 
-def _first(widget, kind):
-    if isinstance(widget, kind):
-        return widget
-    for child in getattr(widget, "children", ()):
-        found = _first(child, kind)
-        if found is not None:
-            return found
-    return None
 
 
 def test_while_grading_the_explorer_draws_nothing(monkeypatch):
@@ -144,16 +137,16 @@ def test_moving_the_lane_slider_redraws_the_picture_and_the_text(monkeypatch):
     monkeypatch.setattr(plt, "show", show)
     box = fragment_explorer()
     assert isinstance(box, w.VBox)
-    slider = _first(box, w.IntSlider)
-    text = _first(box, w.HTML)
+    slider = first_widget(box, w.IntSlider)
+    text = first_widget(box, w.HTML)
     assert slider.description == "lane" and (slider.min, slider.max) == (0, 31) and not slider.continuous_update
-    assert slider is _first(box, w.ValueWidget), "the lane slider is the first control"
+    assert slider is first_widget(box, w.ValueWidget), "the lane slider is the first control"
     assert len(pictures) == 1 and "Lane 0" in text.value and "(0, 7)" in text.value
     slider.value = 17
     assert len(pictures) == 2 and pictures[1] != pictures[0]
     assert "Lane 17" in text.value and "(8, 8)" in text.value and "(8, 15)" in text.value
     assert "may differ" in text.value
-    _first(box, w.Dropdown).value = "metal"
+    first_widget(box, w.Dropdown).value = "metal"
     assert "Lane 17" in text.value and "(4, 2), e1 → (4, 3)" in text.value
     assert "Metal Shading Language" in text.value
     assert len({tuple(c) for c in lane_colours()}) == 32

@@ -7,6 +7,7 @@ import pytest
 
 from course.widgets import memory
 from course.widgets.base import NotWhileGrading
+from widget_support import first_widget
 
 BUILDERS = [memory.memory_access_explorer, memory.pipeline_explorer]
 
@@ -27,15 +28,6 @@ def shown(monkeypatch):
     return figures
 
 
-def _first(widget, kind):
-    """The first widget of ``kind`` in a depth-first walk of ``widget``'s children."""
-    if isinstance(widget, kind):
-        return widget
-    for child in getattr(widget, "children", ()):
-        found = _first(child, kind)
-        if found is not None:
-            return found
-    return None
 
 
 @pytest.mark.parametrize("builder", BUILDERS)
@@ -53,9 +45,9 @@ def test_the_first_slider_redraws_the_plot_and_changes_the_text(builder, monkeyp
     box = builder()
     assert isinstance(box, w.VBox)
     assert len(shown) == 1, "the widget draws once when it is built"
-    slider, text = _first(box, w.IntSlider), _first(box, w.HTML)
+    slider, text = first_widget(box, w.IntSlider), first_widget(box, w.HTML)
     assert slider is not None and not slider.continuous_update
-    assert _first(box, (w.IntSlider, w.FloatSlider, w.Dropdown)) is slider, "the slider comes first"
+    assert first_widget(box, (w.IntSlider, w.FloatSlider, w.Dropdown)) is slider, "the slider comes first"
     before = text.value
     slider.value = slider.value + 1 if slider.value < slider.max else slider.value - 1
     assert len(shown) == 2 and text.value != before
@@ -68,9 +60,9 @@ def test_the_memory_explorer_draws_its_other_cases(monkeypatch, shown):
     import ipywidgets as w
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     box = memory.memory_access_explorer()
-    pad = _first(box, w.IntSlider)
+    pad = first_widget(box, w.IntSlider)
     vector, d = box.children[0].children[1], box.children[0].children[2]
-    pattern, text = box.children[1], _first(box, w.HTML)
+    pattern, text = box.children[1], first_widget(box, w.HTML)
     for setting in (("row", 4, 8, 0), ("column", 4, 64, 1), ("column", 1, 128, 8)):
         pattern.value, vector.value, d.value, pad.value = setting
         expected = memory.memory_picture(pad.value, vector.value, pattern.value, d.value).summary()

@@ -1,7 +1,8 @@
 """Every wrong solution in autograder/corpora/wrong loses points on its exercise.
 
 Two proofs, cheap enough to grow with the course:
-1. *Directly*: one Jupyter kernel runs the honest instructor notebook, then, for each entry, the wrong
+1. *Directly*: one Jupyter kernel runs the honest instructor notebook (which must run clean, every check
+   passing: this is the test that the lesson's solution notebook runs top to bottom), then, for each entry, the wrong
    solution cell and the test cells of its exercise (visible and hidden). At least one must fail; the
    honest cell is run again before the next entry. So each entry fails because of its own mistake, in
    an otherwise right notebook.
@@ -25,7 +26,8 @@ from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exerc
                                       packs, student_notebook, track_groups)
 from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
 
-ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling"]
+ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling", "04_double_buffering",
+               "05_matrix_units"]
 PARSER_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
@@ -85,10 +87,16 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints:
     survivors = []
     with client.setup_kernel():
         poll_shell_in_slices(client.kc)
+        # The honest notebook first, top to bottom: clean (no error, nothing on stderr), every check passing.
         for i, cell in enumerate(nb.cells):
             if cell.cell_type == "code":
                 client.execute_cell(cell, i)
                 assert not _failed(cell), f"the honest notebook fails at cell {i}: {cell.outputs}"
+                stderr = [o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
+                assert not stderr, f"the honest notebook writes to stderr at cell {i}: {stderr}"
+        n_tests = sum(1 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
+        passes = sum(o.get("text", "").count("✓") for c in nb.cells for o in c.get("outputs", []))
+        assert passes >= n_tests, f"{n_tests} graded test cells, {passes} passing checks in the honest notebook"
         groups = track_groups(path)
         handed_out = {_grade_id(c): c.source for c in nbformat.read(student_notebook(path), as_version=4).cells}
         for wrong in entries:

@@ -1,17 +1,15 @@
 """Wrong answers for lesson 03 (tiling)."""
 from autograder.corpora.wrong import WrongSolution
-from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
-from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
-from autograder.corpora.wrong.triton import WRONG_KERNELS
+from autograder.corpora.wrong.track_entries import kernel_answers
 
 _A = "03_tiling"
 
 # Three mistakes per track from the kernel-file corpora (each is tested there against the file too): a
 # race or a forgotten rescale, and the LSE without the running max, which only the LSE check sees.
 _KERNEL_ENTRIES = {
-    "triton": ("03.tiled_triton", WRONG_KERNELS, ("missing-rescale", "tail-keys-unmasked", "lse-without-max")),
-    "cuda": ("03.tiled_cuda", WRONG_CUDA_KERNELS, ("no-barrier-before-load", "missing-rescale", "lse-without-max")),
-    "metal": ("03.tiled_metal", WRONG_METAL_KERNELS, ("no-barrier-after-load", "missing-rescale", "lse-without-max")),
+    "triton": ("03.tiled_triton", ("missing-rescale", "tail-keys-unmasked", "lse-without-max")),
+    "cuda": ("03.tiled_cuda", ("no-barrier-before-load", "missing-rescale", "lse-without-max")),
+    "metal": ("03.tiled_metal", ("no-barrier-after-load", "missing-rescale", "lse-without-max")),
 }
 
 WRONG = [
@@ -48,9 +46,5 @@ WRONG = [
     WrongSolution(_A, "shared_bytes", "floats-not-bytes", "counts floats instead of bytes",
                   edits=(("return 4 * (q_tile + k_tile + v_tile)", "return q_tile + k_tile + v_tile"),),
                   hint="bytes, not floats"),
-] + [
-    # -- exercise 4: the kernel, graded on the best track; each entry attempts one track -------------
-    WrongSolution(_A, f"tiled_kernel_{track}", w.name, w.mistake, edits=w.edits, hint=w.hint)
-    for track, (exercise, entries, names) in _KERNEL_ENTRIES.items()
-    for w in entries if getattr(w, "exercise", getattr(w, "key", "")) == exercise and w.name in names
-]
+    # -- exercise 4: the kernel, graded on the best track; each entry attempts one track
+] + kernel_answers(_A, "tiled_kernel", _KERNEL_ENTRIES)
