@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from course import roofline, tiers
+from course.engines import _call as learner_call
 from course.engines import (Mistake, Report, check_attention, check_backward, check_merge_states, check_softmax,
                             check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
@@ -223,6 +224,226 @@ def _backward_simt(exercise: str, kind: str):
     return run
 
 
+# -- lesson 03: tiling ---------------------------------------------------------------------------
+
+def _tiled_torch_cases() -> list[Case]:
+    return [Case(1, 1, 16), Case(17, 17, 32, kind="peaky", seed=1), Case(70, 33, 16, seed=2),
+            Case(33, 70, 64, kind="peaky", seed=3), Case(40, 40, 16, kind="constant_rows", seed=4),
+            Case(24, 50, 32, dtype=torch.float16, seed=5)]
+
+
+# Block sizes the check hands the learner's function: square, tall and wide tiles, none dividing every N.
+_TILE_SIZES = ((16, 16), (32, 16), (16, 64))
+# The case whose run is watched: big enough that the N×N matrix, or a strip of BLOCK_M rows by all the
+# keys, is larger than any tensor a tiled loop needs (inputs of N × D, a BLOCK_M × BLOCK_N × D product).
+_WATCHED = Case(448, 384, 16, seed=6)
+_WATCHED_TILES = (32, 16)
+
+
+def _with_tiles(fn, block_m: int, block_n: int):
+    def call(q, k, v, **kwargs):
+        return fn(q, k, v, block_m=block_m, block_n=block_n, **kwargs)
+    call.__name__ = getattr(fn, "__name__", "tiled_attention_torch")
+    return call
+
+
+def _check_footprint(exercise: str, fn) -> None:
+    """Run ``fn`` on the watched case and fail if it built what a tiled loop never needs."""
+    from course.footprint import watch
+    case, (bm, bn) = _WATCHED, _WATCHED_TILES
+    if isinstance(fn, Recorder):  # watch the learner's function, not the recording's hashing of its arguments
+        fn = fn.fn
+    q, k, v = case.tensors()
+    n_q, n_k, d = case.n_q, case.n_k, case.d
+    limit = max(n_q * d, n_k * d, bm * bn * d)
+    pairs = -(-n_q // bm) * -(-n_k // bn)
+    where = f"on Nq={n_q}, Nk={n_k}, D={d} with block_m={bm}, block_n={bn}"
+    # Errors of the learner's code read as in any check (their frames only, a stub says so).
+    _, seen = learner_call(exercise, lambda: watch(fn, q, k, v, block_m=bm, block_n=bn, max_elements=limit,
+                                                   max_products=2 * pairs + 2), (), {}, where)
+    if seen.fused_attention:
+        raise CheckFailed(f"{exercise}: your function calls PyTorch's own attention ({', '.join(seen.fused_attention)}) "
+                          f"{where}. This exercise is the tiled loop itself: Q tiles, K/V tiles, the running m, l "
+                          f"and accumulator, written with plain tensor operations.")
+    if seen.largest > limit:
+        shape = " × ".join(map(str, seen.largest_shape))
+        strip = f" (that is BLOCK_M rows by every key)" if n_k in seen.largest_shape and bm in seen.largest_shape else ""
+        raise CheckFailed(
+            f"{exercise}: {where} your function built a tensor of {shape} = {seen.largest:,} elements "
+            f"(by {seen.largest_op}){strip}; a tiled loop never needs more than a Q tile, a K/V tile, a "
+            f"{bm} × {bn} score tile and the {n_q} × {d} output.\n"
+            f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
+            f"accumulator from one K/V tile to the next; nothing as wide as all {n_k} keys may exist.")
+    if seen.outside_torch_bytes >= n_q * n_k * 4:
+        raise CheckFailed(f"{exercise}: {where} your function allocated {seen.outside_torch_bytes:,} bytes outside "
+                          f"PyTorch (numpy arrays or Python lists), as much as the whole {n_q} × {n_k} score "
+                          f"matrix in float32. Work on torch tensors, one tile at a time.")
+    if seen.products > 2 * pairs + 2:
+        raise CheckFailed(f"{exercise}: {where} your function made more than {2 * pairs + 2:,} matrix products; tiles of "
+                          f"{bm} × {bn} need two per pair of tiles, {2 * pairs:,} in all. Use the block_m and "
+                          f"block_n it is given: a Q tile of block_m rows against a K/V tile of block_n keys.")
+
+
+def _tiled_torch(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = list(cases) if cases is not None else _tiled_torch_cases()
+    # A first small case says "not implemented yet" to a stub and names a wrong formula before the
+    # watched run, whose messages are about what the loop builds.
+    check_attention("03.tiled_torch", _with_tiles(fn, 16, 16), [Case(17, 17, 32, kind="peaky", seed=1)], with_lse=True)
+    if not isinstance(fn, Replay):  # a recording holds answers, not the run that made them
+        _check_footprint("03.tiled_torch", fn)
+    report = None
+    for bm, bn in _TILE_SIZES:
+        tiled = _with_tiles(fn, bm, bn)
+        result = check_attention("03.tiled_torch", tiled, cases, with_lse=True)
+        report = report or result
+    check_attention("03.tiled_torch", _with_tiles(fn, 16, 32), [Case(20, 40, 32, seed=9)], scale=0.3,
+                    pass_scale=True, with_lse=True)
+    return report
+
+
+def _tiled_bytes_mistakes() -> list[Mistake]:
+    def count(q_reads=1, kv=2, o=1, lse=4, programs=None, per_element=True):
+        def formula(n_q, n_k, d, block_m, bytes_per_element):
+            b = bytes_per_element if per_element else 1
+            p = programs(n_q, block_m) if programs else -(-n_q // block_m)
+            return b * (q_reads * n_q * d + p * kv * n_k * d + o * n_q * d) + (lse if per_element else 1) * n_q
+        return formula
+    return [
+        Mistake("elements, not bytes: multiply by the bytes per element (and LSE is float32, 4 bytes a row).",
+                count(per_element=False)),
+        Mistake("K and V are read once per *query tile*, not once in total: each of the ceil(Nq / BLOCK_M) programs "
+                "streams all of K and V.", count(programs=lambda n, m: 1)),
+        Mistake("the last query tile is partial but still a program: there are ceil(Nq / BLOCK_M) programs, "
+                "not Nq // BLOCK_M.", count(programs=lambda n, m: n // m)),
+        Mistake("that is one program per query row (the naive kernel's traffic): with tiles, K and V are read "
+                "once per BLOCK_M rows.", count(programs=lambda n, m: n)),
+        Mistake("the LSE is written too: one float32 (4 bytes) per query row.", count(lse=0)),
+        Mistake("the LSE is stored as float32 whatever the inputs are: 4 bytes a row, not bytes_per_element.",
+                lambda n_q, n_k, d, block_m, bytes_per_element: roofline.tiled_kernel_bytes(
+                    n_q, n_k, d, block_m, bytes_per_element) - 4 * n_q + bytes_per_element * n_q),
+        Mistake("O is written once (N × D elements): the count has reads only.", count(o=0)),
+        Mistake("both K and V are streamed: each program reads 2 · Nk · D elements of them.", count(kv=1)),
+    ]
+
+
+def _tiled_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(n_q=1, n_k=1, d=16, block_m=16, bytes_per_element=4),
+                         dict(n_q=4096, n_k=4096, d=128, block_m=128, bytes_per_element=2),
+                         dict(n_q=1000, n_k=300, d=64, block_m=64, bytes_per_element=4),
+                         dict(n_q=200, n_k=4096, d=64, block_m=32, bytes_per_element=2)]
+    return check_values("03.tiled_bytes", fn, roofline.tiled_kernel_bytes, args, _tiled_bytes_mistakes())
+
+
+def _shared_bytes_expected(block_m: int, block_n: int, d: int) -> int:
+    from course.tracks.common import Tiles
+    from course.tracks.cuda import shared_memory_bytes
+    return shared_memory_bytes("tiled", Tiles(block_m, block_n), d)
+
+
+def _shared_mistake(text: str, pad: int = 1, q: bool = True, v_pad: int = 0, size: int = 4, buffers: int = 1):
+    return Mistake(text, lambda block_m, block_n, d: size * ((block_m * d if q else 0)
+                                                             + buffers * block_n * (2 * d + pad + v_pad)))
+
+
+_SHARED_MISTAKES = [
+    _shared_mistake("K's rows are padded by one float (d + 1 floats a row): the padding is what keeps the 32 lanes "
+                    "of a warp in 32 different banks.", pad=0),
+    _shared_mistake("bytes, not floats: each float of a tile takes 4 bytes.", size=1),
+    _shared_mistake("the Q tile lives in shared memory too (block_m × d floats), beside the K and V tiles.", q=False),
+    _shared_mistake("only K's rows are padded; V is read along its rows and needs no padding.", v_pad=1),
+    _shared_mistake("this kernel holds one K and one V tile at a time (two of each is lesson 04's double buffering).",
+                    buffers=2),
+]
+
+
+def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(block_m=16, block_n=32, d=64), dict(block_m=4, block_n=32, d=128),
+                         dict(block_m=32, block_n=64, d=16), dict(block_m=8, block_n=96, d=32)]
+    return check_values("03.shared_bytes", fn, _shared_bytes_expected, args, _SHARED_MISTAKES)
+
+
+# -- lesson 04: memory transactions and banks -----------------------------------------------------
+
+def _sectors_expected(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
+    from course.memory_model import WARP, sectors_touched
+    return len(sectors_touched([offset_bytes + lane * stride_bytes for lane in range(WARP)], access_bytes))
+
+
+_SECTOR_MISTAKES = [
+    Mistake("a sector is 32 bytes wherever the lanes' bytes are: count the distinct 32-byte-aligned segments "
+            "they touch, not the bytes they ask for divided by 32.",
+            lambda offset_bytes, stride_bytes, access_bytes: -(-32 * access_bytes // 32)),
+    Mistake("lanes share a sector when their bytes fall in the same 32-byte segment: one sector per lane is "
+            "the worst case, not the rule.", lambda offset_bytes, stride_bytes, access_bytes: 32),
+    Mistake("that counts every sector between the first and the last byte; sectors that no lane touches are "
+            "not moved.", lambda offset_bytes, stride_bytes, access_bytes:
+            (offset_bytes + 31 * stride_bytes + access_bytes - 1) // 32 - offset_bytes // 32 + 1),
+    Mistake("the offset matters: sectors start at multiples of 32 bytes, so a run that starts 4 bytes late "
+            "reaches into one more sector.", lambda offset_bytes, stride_bytes, access_bytes:
+            _sectors_expected(0, stride_bytes, access_bytes)),
+]
+
+
+def _warp_sectors(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(offset_bytes=0, stride_bytes=4, access_bytes=4),
+                         dict(offset_bytes=4, stride_bytes=4, access_bytes=4),
+                         dict(offset_bytes=0, stride_bytes=16, access_bytes=16),
+                         dict(offset_bytes=0, stride_bytes=256, access_bytes=4),
+                         dict(offset_bytes=0, stride_bytes=8, access_bytes=4),
+                         dict(offset_bytes=64, stride_bytes=0, access_bytes=4),
+                         dict(offset_bytes=16, stride_bytes=16, access_bytes=16)]
+    return check_values("04.warp_sectors", fn, _sectors_expected, args, _SECTOR_MISTAKES)
+
+
+def _bank_ways_expected(row_floats: int, pad_floats: int) -> int:
+    from course.memory_model import bank_conflict_ways, warp_column_walk
+    walk = warp_column_walk(row_floats=row_floats, pad_floats=pad_floats)
+    return bank_conflict_ways(walk.byte_addresses, walk.access_bytes)
+
+
+_BANK_MISTAKES = [
+    Mistake("the padding is part of the row: lane j's word is j · (row_floats + pad_floats), not j · row_floats.",
+            lambda row_floats, pad_floats: _bank_ways_expected(row_floats, 0)),
+    Mistake("conflicts are not all or nothing: lanes j and j' meet in a bank when (j − j') · stride is a multiple "
+            "of 32 words, so the degree is gcd(stride, 32), which can be 2, 4, 8 or 16.",
+            lambda row_floats, pad_floats: 32 if (row_floats + pad_floats) % 32 == 0 else 1),
+    Mistake("that is the number of different banks the warp uses; the conflict degree is how many lanes share "
+            "each of them: 32 divided by that.", lambda row_floats, pad_floats:
+            32 // _bank_ways_expected(row_floats, pad_floats)),
+]
+
+
+def _bank_ways(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(row_floats=64, pad_floats=0), dict(row_floats=64, pad_floats=1),
+                         dict(row_floats=64, pad_floats=4), dict(row_floats=16, pad_floats=0),
+                         dict(row_floats=33, pad_floats=0), dict(row_floats=24, pad_floats=0),
+                         dict(row_floats=64, pad_floats=2), dict(row_floats=128, pad_floats=8)]
+    return check_values("04.bank_ways", fn, _bank_ways_expected, args, _BANK_MISTAKES)
+
+
+# -- lesson 05: who holds which element of a fragment ------------------------------------------------
+
+def _fragment_lane_expected(track: str, row: int, col: int) -> int:
+    from course.fragments import fragment_map
+    return int(fragment_map(track)[0][row, col])
+
+
+_FRAGMENT_MISTAKES = [
+    Mistake("rows and columns are swapped: the stored map's row index is the fragment's row.",
+            lambda track, row, col: _fragment_lane_expected(track, col, row)),
+    Mistake("that is the element (slot) number inside the lane, the second map; the question is the lane.",
+            lambda track, row, col: __import__("course.fragments", fromlist=["fragment_map"]).fragment_map(track)[1]
+            [row, col]),
+]
+
+
+def _fragment_lane(fn, arguments: Iterable[dict] | None = None) -> Report:
+    from course.fragments import FRAGMENTS
+    args = arguments or [dict(track=track, row=r, col=c) for track, shape in FRAGMENTS.items()
+                         for r in range(shape.rows) for c in range(shape.cols)]
+    return check_values("05.fragment_lane", fn, _fragment_lane_expected, args, _FRAGMENT_MISTAKES)
+
+
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
 # Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
 # races between programs (the interpreter runs programs one by one, so a race would go unseen).
@@ -394,10 +615,17 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("02.online_softmax_attention_triton", "One sweep over the keys with the online softmax (Triton)",
              _row_kernel("02.online_softmax_attention_triton", (Case(6, 129, 16, kind="peaky", seed=8),)),
              isolated=True),
+    Exercise("03.tiled_torch", "The tiled forward in PyTorch: O and LSE, no N×N matrix", _tiled_torch),
+    Exercise("03.tiled_bytes", "Global-memory traffic of the tiled kernel", _tiled_bytes),
+    Exercise("03.shared_bytes", "Shared memory a block of the tiled kernel needs", _shared_bytes),
     Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: _tiled("03.tiled_triton", fn, cases), isolated=True),
+    Exercise("04.warp_sectors", "32-byte sectors a warp's access touches", _warp_sectors),
+    Exercise("04.bank_ways", "Bank conflicts of a column walk through a padded shared tile", _bank_ways),
     Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",
              lambda fn, cases=None: _tiled("04.double_buffer_triton", fn, cases), isolated=True),
+    Exercise("05.fragment_lane", "Which lane holds an element of a matrix fragment, found by experiment",
+             _fragment_lane),
     Exercise("05.mma_triton", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
              lambda fn, cases=None: _tiled("05.mma_triton", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
     Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),

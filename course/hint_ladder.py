@@ -48,6 +48,27 @@ _ONE_PASS = (
     "m = m_new. At the end O = acc / l.",
 )
 
+_TILED = (
+    "The Q tile stays on chip; K and V come through in tiles. Which three things per query row survive from one "
+    "K/V tile to the next?",
+    "m, l and the accumulator, exactly as in lesson 02; a tile of keys is one online step for every row of the Q "
+    "tile at once.",
+)
+
+_PING_PONG = (
+    "Two buffers for K and two for V: tile t is computed on in buffer t % 2. Which buffer does the copy of tile "
+    "t + 1 go to, and when may it start?",
+    "One barrier per tile is enough: it publishes the tile about to be read (read-after-write) and retires the "
+    "buffer about to be overwritten, whose last reader was the previous step (write-after-read).",
+)
+
+_SPILL = (
+    "The online update needs row r of the O accumulator multiplied by alpha_r. Can a lane tell which row its "
+    "fragment elements belong to?",
+    "It cannot (the layout is not specified), so go through shared memory, where element (r, c) has a known "
+    "address: spill, scale, reload, with a barrier after the spill and after the scale.",
+)
+
 LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("00.attention_flops",
             "Attention has two matrix products. Which, and what are their shapes?",
@@ -104,6 +125,80 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "In the warp kernel each chunk of 32 keys is one online step: the chunk's max and sum come from the "
             "butterfly reductions, and every lane rescales its own accumulator columns by the same factor."),
     _ladder("02.online_softmax_metal", *_ONE_PASS),
+    _ladder("03.tiled_torch",
+            "Two loops: over Q tiles of block_m rows (outside), over K/V tiles of block_n keys (inside). What must a "
+            "Q tile carry from one K/V tile to the next?",
+            "Per Q tile: m (block_m,) at -inf, l (block_m,) at 0, acc (block_m, D) at 0. Per K/V tile: s = q_i @ k_j.T "
+            "* scale, a (block_m, block_n) score tile, and lesson 02's online update row by row.",
+            "m_new = max(m, s.amax(1)); a = exp(m - m_new); p = exp(s - m_new[:, None]); l = l·a + p.sum(1); "
+            "acc = acc·a[:, None] + p @ v_j; m = m_new. After the last K/V tile: O_i = acc / l[:, None], "
+            "LSE_i = m + log(l).",
+            cell="03_tiling/tiled_torch"),
+    _ladder("03.tiled_bytes",
+            "Count per program (one Q tile of BLOCK_M rows), then multiply by the number of programs. How many "
+            "programs cover Nq rows?",
+            "ceil(Nq / BLOCK_M) programs; each reads its Q tile once and every K and V row once (2·Nk·D elements).",
+            "bytes = b·(Nq·D [Q] + ceil(Nq/BLOCK_M)·2·Nk·D [K, V] + Nq·D [O]) + 4·Nq [LSE, float32].",
+            cell="03_tiling/tiled_bytes"),
+    _ladder("03.shared_bytes",
+            "Which tiles does one block keep in shared memory at the same time, and how big is each, in floats?",
+            "The Q tile (block_m × d), one K tile and one V tile (block_n rows each). K's rows carry one float of "
+            "padding.",
+            "4 · (block_m·d + block_n·(d + 1) + block_n·d) bytes.",
+            cell="03_tiling/shared_bytes"),
+    _ladder("04.warp_sectors",
+            "List the byte ranges the 32 lanes read: lane i reads access_bytes bytes from offset + i · stride.",
+            "A byte at address a lies in sector a // 32. A lane's access may cover more than one sector.",
+            "Collect every sector of every lane's bytes in a set (first byte // 32 .. last byte // 32) and count "
+            "the set.",
+            cell="04_double_buffering/warp_sectors"),
+    _ladder("04.bank_ways",
+            "Lane j reads word j · (row_floats + pad_floats) of the tile. Which bank is that word in?",
+            "Bank = word % 32. Count, for each bank, how many different words the 32 lanes ask it for.",
+            "The degree is the largest of those counts; it equals gcd(row_floats + pad_floats, 32).",
+            cell="04_double_buffering/bank_ways"),
+    _ladder("04.double_buffer_triton", *_TILED[:1],
+            "Write the loop with tl.range over the K/V tiles: the compiler pipelines it num_stages deep. Load the "
+            "tiles with k_desc.load([start_n, 0]) and v_desc.load([start_n, 0]).",
+            "The descriptor pads missing keys with zeros, which would score 0: set scores of keys past N_CTX_K to "
+            "-inf. The softmax is in base 2 here (tl.exp2, the scale already holds log2 e)."),
+    _ladder("04.double_buffer_cuda", *_PING_PONG,
+            "CUDA C: load_tile(...) the next tile into buffer (t + 1) % 2 at the top of step t, compute on buffer "
+            "t % 2, then one __syncthreads() at the end of the step."),
+    _ladder("04.double_buffer_metal", *_PING_PONG,
+            "Metal: threadgroup_barrier(mem_flags::mem_threadgroup) at the top of each step, then the copy of tile "
+            "t + 1 into buffer (t + 1) % 2, then the compute on buffer t % 2."),
+    _ladder("05.fragment_lane",
+            "Print the stored lane map of each fragment and look along a row: when does the lane number change?",
+            "CUDA (16 × 16, 8 elements a lane on this runtime): two lanes share a row. Metal (8 × 8, 2 a lane): "
+            "write the lane's bits out and see which bits give the row and which the column.",
+            "Write a formula per track from row and col (integer division, modulo, bit tests) and compare it with "
+            "the map for every cell before you check it.",
+            cell="05_matrix_units/fragment_lane"),
+    _ladder("05.mma_triton",
+            "Keep the Q, K and V tiles in their 16-bit dtype: tl.dot runs on the tensor cores only when its inputs are "
+            "fp16/bf16.",
+            "s = tl.dot(q, tl.trans(k)) accumulates in fp32; p is fp32 too: cast it with p.to(v.dtype) right before "
+            "tl.dot(p, v, acc).",
+            "acc = acc * alpha[:, None] is fine here: Triton knows which row each register of acc holds, so no "
+            "spill is needed."),
+    _ladder("05.mma_cuda", *_SPILL,
+            "CUDA C: store_matrix_sync each O fragment to the warp's O strip (mem_row_major), __syncwarp(), lanes "
+            "2r and 2r + 1 scale row r by alpha_r, __syncwarp(), load_matrix_sync it back."),
+    _ladder("05.mma_metal", *_SPILL,
+            "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
+            "it by correction_r, simdgroup_barrier, simdgroup_load it back."),
+    _ladder("03.tiled_triton", *_TILED,
+            "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
+            "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "
+            "acc += tl.dot(p, v, input_precision=\"ieee\") after rescaling."),
+    _ladder("03.tiled_cuda", *_TILED,
+            "In CUDA C: __syncthreads() before the copy (nobody still reads the old tile) and after it (the tile is "
+            "complete); the copy is a loop i = threadIdx.x; i < block_n·d; i += blockDim.x; then step 02's warp update "
+            "on each chunk of 32 keys of the tile, reading K and V from shared memory."),
+    _ladder("03.tiled_metal", *_TILED,
+            "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
+            "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),
 ]}
 
 # How often each exercise's ladder has been climbed in this kernel (a fresh kernel starts again).

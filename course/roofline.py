@@ -16,7 +16,7 @@ import torch
 __all__ = [
     "attention_flops", "visible_pairs", "standard_attention_bytes", "flash_attention_bytes", "naive_kernel_bytes_read",
     "score_matrix_bytes", "arithmetic_intensity", "element_size", "Device", "DEVICES", "attainable_flops",
-    "softmax_bytes",
+    "softmax_bytes", "tiled_kernel_bytes",
 ]
 
 
@@ -74,6 +74,13 @@ def naive_kernel_bytes_read(n_q: int, n_k: int, d: int, bytes_per_element: int) 
     """Bytes the lesson-01 naive kernel reads: each of Nq programs reads its q row (D elements), all of K
     twice (pass 1 for the row max, pass 2 for the sums) and all of V once: D + 3·Nk·D elements per row."""
     return bytes_per_element * n_q * (d + 3 * n_k * d)
+
+
+def tiled_kernel_bytes(n_q: int, n_k: int, d: int, block_m: int, bytes_per_element: int) -> int:
+    """Global-memory traffic of the lesson-03 tiled kernel: each of the ceil(Nq / BLOCK_M) programs reads
+    its Q tile once and all of K and V once; O is written once, and LSE once in float32 (4 bytes a row)."""
+    programs = -(-n_q // block_m)
+    return bytes_per_element * (2 * n_q * d + programs * 2 * n_k * d) + 4 * n_q
 
 
 def arithmetic_intensity(flops: float, bytes_moved: float) -> float:

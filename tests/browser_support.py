@@ -277,6 +277,9 @@ def run_all_cells(page) -> None:
     page.locator(".lm-Menu-content .lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
 
+RUN_STOPPED_QUIET_S = 5.0
+
+
 def wait_until_done(page, server: LabServer, name: str, timeout: float) -> list[CellReport]:
     """Wait for Run All to finish: no cell queued or running and the kernel idle.
 
@@ -285,12 +288,21 @@ def wait_until_done(page, server: LabServer, name: str, timeout: float) -> list[
     """
     deadline = time.monotonic() + timeout
     started = False
+    quiet_since = None
     while True:
         cells = [c for c in read_cells(page, name) if c.code]
         pending = [c for c in cells if c.prompt == "[*]:"]
         started = started or bool(pending) or any(c.executed for c in cells)
         if started and not pending and server.kernel_state(name) == "idle":
-            return read_cells(page, name)
+            if all(c.executed for c in cells):
+                return read_cells(page, name)
+            # JupyterLab may send Run All's cells one at a time: between two of them the kernel is idle and
+            # the next cell not yet queued. Only a quiet that lasts is the end of a run that stopped early.
+            quiet_since = quiet_since if quiet_since is not None else time.monotonic()
+            if time.monotonic() - quiet_since >= RUN_STOPPED_QUIET_S:
+                return read_cells(page, name)
+        else:
+            quiet_since = None
         dialogs = open_dialogs(page)
         if dialogs:
             raise AssertionError(f"a dialog appeared while the notebook ran: {dialogs}")

@@ -29,7 +29,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LESSON01 = REPO / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb"
 STUDENT = {lesson: REPO / "notebooks" / lesson / f"{lesson}.ipynb"
-           for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax")}
+           for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling",
+                                                 "04_double_buffering", "05_matrix_units")}
+# Lessons whose browser test moves each widget and keeps a screenshot of the student notebook (lesson 01's
+# solution notebook has a test of its own).
+MOVED = {"03_tiling", "04_double_buffering", "05_matrix_units"}
 RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the rest is headroom
 
 
@@ -64,12 +68,15 @@ _PLOTS = "cell => Array.from(cell.querySelectorAll('.jp-OutputArea-output img'))
 _TEXTS = "cell => Array.from(cell.querySelectorAll('.widget-html, .widget-output')).map(t => t.innerText)"
 
 
-def check_slider_redraws_plot(page) -> None:
-    """The first slider's cell shows a plot, and one step of the slider redraws it (and its text)."""
+def check_slider_redraws_plot(page, cell=None) -> None:
+    """The cell's first slider (by default, the notebook's first slider) sits above a plot, and one step of the
+    slider redraws the plot (and its text)."""
     from playwright.sync_api import expect
 
     slider_selector = ".jupyter-widgets.widget-slider"
-    cell = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(slider_selector)).first
+    if cell is None:
+        cell = page.locator(".jp-Notebook .jp-Cell").filter(has=page.locator(slider_selector)).first
+    cell.scroll_into_view_if_needed()
     slider = cell.locator(slider_selector).first
     expect(slider).to_be_visible()
     plot = cell.locator(".jp-OutputArea-output img").first
@@ -181,6 +188,11 @@ def test_fresh_student_notebook_runs_all_to_the_end(lab, page, lesson):
         notebook_cells = page.locator(".jp-Notebook .jp-Cell")
         for i in widget_cells:
             expect(notebook_cells.nth(i).locator(".jupyter-widgets").first).to_be_visible()
+        if lesson in MOVED:  # every widget of these lessons is moved once, in the notebook a learner opens
+            for i in widget_cells:
+                check_slider_redraws_plot(page, notebook_cells.nth(i))
+            wait_for_idle_kernel(page, lab, f"student-{lesson}.ipynb")
+            full_notebook_screenshot(page, SCREENSHOTS / f"student-{lesson}.png")
 
 
 def _lesson01_mistakes() -> nbformat.NotebookNode:

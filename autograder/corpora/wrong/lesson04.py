@@ -1,0 +1,40 @@
+"""Wrong answers for lesson 04 (float4 loads and double buffering)."""
+from autograder.corpora.wrong import WrongSolution
+from autograder.corpora.wrong.track_entries import kernel_answers
+
+_A = "04_double_buffering"
+
+# Three mistakes per track from the kernel-file corpora, each also tested there against the file.
+_KERNEL_ENTRIES = {
+    "triton": ("04.double_buffer_triton", ("missing-rescale", "descriptor-padding-unmasked", "lse-in-base-2")),
+    "cuda": ("04.double_buffer_cuda", ("prefetch-into-current", "no-barrier", "missing-rescale")),
+    "metal": ("04.double_buffer_metal", ("no-barrier", "prefetch-into-current", "float4-at-float-offset")),
+}
+
+WRONG = [
+    # -- exercise 1: sectors of a warp's access ---------------------------------------------------------
+    WrongSolution(_A, "warp_sectors", "bytes-over-32", "divides the bytes asked for by 32",
+                  source="def warp_sectors(offset_bytes, stride_bytes, access_bytes):\n"
+                         "    return math.ceil(32 * access_bytes / 32)\n",
+                  hint="not the bytes they ask for divided by 32"),
+    WrongSolution(_A, "warp_sectors", "span", "counts every sector from the first byte to the last",
+                  source="def warp_sectors(offset_bytes, stride_bytes, access_bytes):\n"
+                         "    last = offset_bytes + 31 * stride_bytes + access_bytes - 1\n"
+                         "    return last // 32 - offset_bytes // 32 + 1\n",
+                  hint="sectors that no lane touches are not moved"),
+    WrongSolution(_A, "warp_sectors", "offset-forgotten", "leaves the offset out, as if every access started a sector",
+                  edits=(("first = offset_bytes + lane * stride_bytes", "first = lane * stride_bytes"),),
+                  hint="the offset matters"),
+    # -- exercise 2: bank conflicts of a column walk ------------------------------------------------------
+    WrongSolution(_A, "bank_ways", "padding-ignored", "leaves the padding out of the row stride",
+                  edits=(("stride = row_floats + pad_floats", "stride = row_floats"),),
+                  hint="the padding is part of the row"),
+    WrongSolution(_A, "bank_ways", "all-or-nothing", "thinks a stride either conflicts fully or not at all",
+                  source="def bank_ways(row_floats, pad_floats):\n"
+                         "    return 32 if (row_floats + pad_floats) % 32 == 0 else 1\n",
+                  hint="conflicts are not all or nothing"),
+    WrongSolution(_A, "bank_ways", "banks-used", "returns how many banks the warp uses",
+                  edits=(("return max(len(words) for words in words_per_bank.values())", "return len(words_per_bank)"),),
+                  hint="32 divided by that"),
+    # -- exercise 3: the kernel, graded on the best track; each entry attempts one track
+] + kernel_answers(_A, "double_buffer_kernel", _KERNEL_ENTRIES)

@@ -1,0 +1,23 @@
+"""Wrong answers for lesson 05 (matrix units)."""
+from autograder.corpora.wrong import WrongSolution
+from autograder.corpora.wrong.track_entries import kernel_answers
+
+_A = "05_matrix_units"
+
+# Three mistakes per track from the kernel-file corpora, each also tested there against the file.
+_KERNEL_ENTRIES = {
+    "triton": ("05.mma_triton", ("missing-rescale", "sum-not-rescaled", "log2e-twice")),
+    "cuda": ("05.mma_cuda", ("accumulator-not-rescaled", "no-syncwarp-before-reload", "sum-not-rescaled")),
+    "metal": ("05.mma_metal", ("accumulator-not-rescaled", "no-barrier-after-spill", "top-left-alignment")),
+}
+
+WRONG = [
+    # -- exercise 1: reading the fragment maps ------------------------------------------------------
+    WrongSolution(_A, "fragment_lane", "cuda-transposed", "reads the CUDA map column by column",
+                  edits=(("return 2 * row + col // 8", "return 2 * col + row // 8"),), hint=None),
+    WrongSolution(_A, "fragment_lane", "cuda-one-lane-a-row", "thinks each lane holds a whole row of 16",
+                  edits=(("return 2 * row + col // 8", "return row"),), hint=None),
+    WrongSolution(_A, "fragment_lane", "metal-like-cuda", "assumes the Metal matrix is laid out like the CUDA one",
+                  edits=(("    if track == \"cuda\":\n", "    if True:\n"),), hint=None),
+    # -- exercise 2: the kernel, graded on the best track; each entry attempts one track
+] + kernel_answers(_A, "mma_kernel", _KERNEL_ENTRIES)

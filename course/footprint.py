@@ -1,0 +1,101 @@
+"""What a plain-PyTorch answer builds while it runs: the largest tensor, its matrix products, and the
+fused attention it may have called.
+
+Lesson 03's tiled forward in PyTorch must never hold the N×N score matrix, not even a strip of it as
+wide as all the keys. Comparing its answer with the oracle cannot tell that apart from standard
+attention, so the check also watches the run: every ATen operator PyTorch dispatches (views, copies
+and products alike) passes through :class:`Footprint`, which keeps the largest result and counts the
+products; allocations made outside PyTorch (numpy arrays, Python lists) are measured with
+``tracemalloc``, so moving the N×N matrix into numpy does not hide it.
+"""
+from __future__ import annotations
+
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["Footprint", "Watched", "watch"]
+
+# Products a tiled loop makes twice per pair of tiles (S = Q Kᵀ and P V), however it is spelled
+# (@, matmul, einsum and bmm all reach one of these).
+_PRODUCTS = ("mm", "bmm", "addmm", "baddbmm", "mv", "dot", "addbmm")
+# PyTorch's own attention: a call does the whole computation in one operator, which watching
+# its results cannot see into.
+_FUSED_ATTENTION = ("scaled_dot_product", "flash_attention", "efficient_attention", "_cudnn_attention",
+                    "_fused_sdp")
+
+
+@dataclass
+class Watched:
+    """What a call built: the largest tensor an operator returned, the products, fused attention calls."""
+
+    largest: int = 0
+    largest_shape: tuple[int, ...] = ()
+    largest_op: str = ""
+    products: int = 0
+    fused_attention: list[str] = field(default_factory=list)
+    outside_torch_bytes: int = 0
+    """Peak bytes allocated through Python's allocator during the call (numpy arrays, lists, floats)."""
+
+
+class _Enough(Exception):
+    """Raised inside the watched call once it has built more than it may: no need to watch the rest."""
+
+
+class Footprint(TorchDispatchMode):
+    def __init__(self, max_elements: int | None = None, max_products: int | None = None) -> None:
+        super().__init__()
+        self.seen = Watched()
+        self.max_elements, self.max_products = max_elements, max_products
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        name = func.__name__ if hasattr(func, "__name__") else str(func)
+        base = name.split(".")[0]
+        if base in _PRODUCTS:
+            self.seen.products += 1
+        if any(marker in base for marker in _FUSED_ATTENTION) and base not in self.seen.fused_attention:
+            self.seen.fused_attention.append(base)
+        for value in tree_flatten(result)[0]:
+            if isinstance(value, torch.Tensor) and value.numel() > self.seen.largest:
+                self.seen.largest, self.seen.largest_shape, self.seen.largest_op = (
+                    value.numel(), tuple(value.shape), base)
+        if ((self.max_elements is not None and self.seen.largest > self.max_elements)
+                or (self.max_products is not None and self.seen.products > self.max_products)
+                or self.seen.fused_attention):
+            raise _Enough
+        return result
+
+
+def watch(fn: Callable[..., Any], *args: Any, max_elements: int | None = None, max_products: int | None = None,
+          **kwargs: Any) -> tuple[Any, Watched]:
+    """Call ``fn`` and return (its result, what it built). The caller's own tensors are not counted.
+
+    The call is stopped (its result is then None) as soon as it calls a fused attention operator, returns
+    a tensor of more than ``max_elements`` or makes more than ``max_products`` products: a learner whose
+    loop breaks the rule learns it at once, not after the whole slow run.
+    """
+    with Footprint():  # the first dispatch imports PyTorch's machinery for it: not the learner's bytes
+        torch.zeros(2) @ torch.zeros(2)
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    mode = Footprint(max_elements, max_products)
+    result = None
+    try:
+        try:
+            with mode:
+                result = fn(*args, **kwargs)
+        except _Enough:
+            pass
+        mode.seen.outside_torch_bytes = max(0, tracemalloc.get_traced_memory()[1] - before)
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return result, mode.seen

@@ -1,0 +1,24 @@
+"""Interactive pictures for the lessons (ipywidgets + matplotlib).
+
+Each widget has a pure function that computes what is drawn (tested on its own) and a builder
+that wires sliders to a plot. Builders return the widget so a notebook cell can display it; under
+nbgrader they return a placeholder instead (:class:`NotWhileGrading`). One module per idea:
+
+- ``costs``: the N×N score matrix and the roofline (lessons 00 and 01);
+- ``online_softmax``: the running max and sum (lesson 02);
+- ``tiling``: one query tile's walk over the key tiles, and the bytes tiling saves (lesson 03);
+- ``memory``: lanes to sectors and banks, and one buffer against two on a load/compute timeline (lesson 04);
+- ``fragments``: which lane holds which element of a matrix fragment (lesson 05).
+"""
+from course.widgets.base import NotWhileGrading
+from course.widgets.costs import (ScoreMatrixCost, roofline_explorer, roofline_points, score_matrix_cost,
+                                  score_matrix_explorer)
+from course.widgets.fragments import fragment_explorer
+from course.widgets.memory import memory_access_explorer, pipeline_explorer
+from course.widgets.online_softmax import OnlineSoftmaxStep, online_softmax_explorer, online_softmax_trace
+from course.widgets.tiling import TilingStep, hbm_bytes, tiling_explorer, tiling_trace
+
+__all__ = ["NotWhileGrading", "ScoreMatrixCost", "score_matrix_cost", "score_matrix_explorer", "roofline_points",
+           "roofline_explorer", "OnlineSoftmaxStep", "online_softmax_trace", "online_softmax_explorer",
+           "TilingStep", "tiling_trace", "hbm_bytes", "tiling_explorer", "memory_access_explorer",
+           "pipeline_explorer", "fragment_explorer"]
