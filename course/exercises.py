@@ -444,6 +444,88 @@ def _fragment_lane(fn, arguments: Iterable[dict] | None = None) -> Report:
     return check_values("05.fragment_lane", fn, _fragment_lane_expected, args, _FRAGMENT_MISTAKES)
 
 
+# -- lesson 06: causal masking ----------------------------------------------------------------------
+
+def _mask(n_q: int, n_k: int, shift: int, strict: bool = False) -> torch.Tensor:
+    i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+    return j < i + shift if strict else j <= i + shift
+
+
+_MASK_MISTAKES = [
+    ("the alignments are swapped: bottom-right shifts the diagonal by Nk − Nq, so the last query sees every key; "
+     "top-left starts it at the first key.", lambda n_q, n_k, top_left: _mask(n_q, n_k, 0 if not top_left else n_k - n_q)),
+    ("query i sees key j when j <= i + offset: the key on the diagonal is its own position and is visible (j < i "
+     "hides it).", lambda n_q, n_k, top_left: _mask(n_q, n_k, 0 if top_left else n_k - n_q, strict=True)),
+    ("this is the bottom-right mask for both: with top_left=True the offset is 0.",
+     lambda n_q, n_k, top_left: _mask(n_q, n_k, n_k - n_q)),
+    ("this is the top-left mask for both: the course's convention (top_left=False) is bottom-right, offset Nk − Nq.",
+     lambda n_q, n_k, top_left: _mask(n_q, n_k, 0)),
+]
+
+
+def _causal_mask(fn, arguments: Iterable[dict] | None = None) -> Report:
+    """Masks compared element by element; the hint names the one mistake that gives every mask returned."""
+    args = arguments or [dict(n_q=n_q, n_k=n_k, top_left=top_left) for n_q, n_k in ((4, 4), (3, 7), (7, 3), (1, 5), (5, 1))
+                         for top_left in (False, True)]
+    returned, first_wrong = [], None
+    for a in args:
+        call = ", ".join(f"{name}={value}" for name, value in a.items())
+        got = learner_call("06.causal_mask", fn, (), dict(a), f"{getattr(fn, '__name__', 'causal_mask')}({call})")
+        want = _mask(a["n_q"], a["n_k"], 0 if a["top_left"] else a["n_k"] - a["n_q"])
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise CheckFailed(f"06.causal_mask: causal_mask({call}) returned {shape}; expected a bool tensor of shape "
+                              f"{tuple(want.shape)} (Nq, Nk).")
+        got = got.to(torch.bool).cpu()
+        returned.append((a, got))
+        if first_wrong is None and not torch.equal(got, want):
+            i, j = (got != want).nonzero()[0].tolist()
+            first_wrong = (f"06.causal_mask: causal_mask({call}) is wrong at query {i}, key {j}: it says "
+                           f"{'visible' if got[i, j] else 'hidden'}, the key is {'visible' if want[i, j] else 'hidden'}")
+    if first_wrong is None:
+        return Report("06.causal_mask", len(args))
+    fits = [text for text, formula in _MASK_MISTAKES if all(torch.equal(g, formula(**a)) for a, g in returned)]
+    raise CheckFailed(first_wrong + (f"\n  hint: {fits[0]}" if len(fits) == 1 else ""))
+
+
+def _causal_torch(fn, cases: Iterable[Case] | None = None) -> Report:
+    # Nq > Nk with bottom-right alignment leaves the first Nq − Nk rows without a key: O = 0, LSE = −inf.
+    cases = list(cases) if cases is not None else [
+        Case(1, 1, 16, causal=True), Case(17, 17, 32, kind="peaky", causal=True, seed=1),
+        Case(10, 30, 16, causal=True, seed=2), Case(30, 10, 16, causal=True, seed=3),
+        Case(40, 1, 32, causal=True, seed=4), Case(24, 24, 64, dtype=torch.float16, causal=True, seed=5)]
+    return check_attention("06.causal_torch", fn, cases, with_lse=True)
+
+
+def _tile_counts_expected(part: int):
+    from course.causal import tile_counts
+    return lambda n_q, n_k, block_m, block_n: (lambda c: (c.skipped, c.full, c.diagonal)[part])(
+        tile_counts(n_q, n_k, block_m, block_n))
+
+
+def _tile_counts(fn, arguments: Iterable[dict] | None = None) -> Report:
+    from course.causal import tile_counts
+    args = arguments or [dict(n_q=4, n_k=4, block_m=1, block_n=1), dict(n_q=256, n_k=256, block_m=64, block_n=64),
+                         dict(n_q=256, n_k=256, block_m=64, block_n=32), dict(n_q=100, n_k=300, block_m=32, block_n=64),
+                         dict(n_q=300, n_k=100, block_m=64, block_n=32), dict(n_q=130, n_k=130, block_m=64, block_n=64),
+                         # the last query tile is one row, which sees every key: the partial last key tile is full
+                         dict(n_q=129, n_k=100, block_m=64, block_n=64)]
+    probe = learner_call("06.tile_counts", fn, (), dict(args[0]), "tile_counts(...)")
+    if not (isinstance(probe, (tuple, list)) and len(probe) == 3):
+        raise CheckFailed(f"06.tile_counts: tile_counts returned {probe!r}; expected three numbers "
+                          "(skipped, full, diagonal).")
+    report = None
+    for part, name in enumerate(("skipped", "full", "diagonal")):
+        def one(part=part, **kwargs):
+            return fn(**kwargs)[part]
+        one.__name__ = f"tile_counts[{name}]"
+        mistakes = [Mistake("the mask is bottom-right aligned (offset Nk − Nq): these are the top-left counts.",
+                            lambda n_q, n_k, block_m, block_n, part=part: (lambda c: (c.skipped, c.full, c.diagonal)[part])(
+                                tile_counts(n_q, n_k, block_m, block_n, "top_left")))]
+        report = check_values("06.tile_counts", one, _tile_counts_expected(part), args, mistakes)
+    return report
+
+
 # -- lessons 02-08: the Triton track ------------------------------------------------------------
 # Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
 # races between programs (the interpreter runs programs one by one, so a race would go unseen).
@@ -628,6 +710,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              _fragment_lane),
     Exercise("05.mma_triton", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
              lambda fn, cases=None: _tiled("05.mma_triton", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
+    Exercise("06.causal_mask", "The causal mask, bottom-right and top-left", _causal_mask),
+    Exercise("06.causal_torch", "Causal attention in PyTorch, rows that see no key included", _causal_torch),
+    Exercise("06.tile_counts", "Skipped, full and diagonal tiles of causal attention", _tile_counts),
     Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),
     Exercise("07.backward_atomic_triton", "The backward pass, dQ accumulated with atomics",
              lambda fn, cases=None: _backward("07.backward_atomic_triton", fn, cases), isolated=True),

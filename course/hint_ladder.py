@@ -188,6 +188,39 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("05.mma_metal", *_SPILL,
             "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
             "it by correction_r, simdgroup_barrier, simdgroup_load it back."),
+    _ladder("06.causal_mask",
+            "Query i sees key j when j <= i + offset. What is the offset of each alignment?",
+            "Bottom-right: offset = Nk − Nq (the last query sees every key). Top-left: offset = 0.",
+            "i = torch.arange(n_q)[:, None]; j = torch.arange(n_k)[None, :]; return j <= i + offset.",
+            cell="06_causal_masking/causal_mask"),
+    _ladder("06.causal_torch",
+            "Lesson 01's attention with the masked scores set to -inf before the softmax. What happens to a row that "
+            "sees no key?",
+            "Its scores are all -inf: logsumexp gives -inf, and exp(s - lse) is exp(-inf + inf) = NaN.",
+            "Subtract 0 instead of the LSE where the LSE is -inf (torch.where): P is 0 there, O = P @ V = 0, and the "
+            "LSE stays -inf.",
+            cell="06_causal_masking/causal_torch"),
+    _ladder("06.tile_counts",
+            "A tile's rows are r0 .. r1 and its keys c0 .. c1 (clip both at N). Which row sees the most keys, and which "
+            "the fewest?",
+            "Skipped: even the last row r1 does not reach the first key, c0 > r1 + offset. Full: even the first row "
+            "sees the last key, c1 <= r0 + offset.",
+            "Loop over every (query tile, key tile), classify it with those two tests (diagonal otherwise) and count; "
+            "offset = Nk − Nq.",
+            cell="06_causal_masking/tile_counts"),
+    _ladder("06.causal_triton",
+            "Three kinds of key tiles for a query tile: skipped (never loaded), full (no mask), diagonal (mask). Where "
+            "does the loop over key tiles have to stop?",
+            "Stop after the last key the tile's last row sees: (last row) + Nk − Nq. Mask only the tiles the diagonal "
+            "crosses, with keys j <= i + Nk − Nq.",
+            "A row that sees no key keeps m = -inf: guard the exponent (subtract 0 then), write O = 0 and LSE = -inf."),
+    _ladder("06.causal_cuda",
+            "Three kinds of key tiles for a block: skipped (never loaded), full (no mask), diagonal (mask). Where does "
+            "the tile loop have to stop?",
+            "Stop after the last key the block's last row sees: row0 + block_m - 1 + n_k - n_q. Mask keys j > i + "
+            "n_k - n_q on tiles the diagonal crosses.",
+            "Rows that see no key keep m = -inf: never compute exp(m - m_new) with both -inf; write O = 0 and LSE = "
+            "-inf for them."),
     _ladder("03.tiled_triton", *_TILED,
             "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
             "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "

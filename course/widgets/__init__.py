@@ -8,9 +8,11 @@ nbgrader they return a placeholder instead (:class:`NotWhileGrading`). One modul
 - ``online_softmax``: the running max and sum (lesson 02);
 - ``tiling``: one query tile's walk over the key tiles, and the bytes tiling saves (lesson 03);
 - ``memory``: lanes to sectors and banks, and one buffer against two on a load/compute timeline (lesson 04);
+- ``causal``: skipped, full and diagonal tiles of a causal mask, and the work of each program (lesson 06);
 - ``fragments``: which lane holds which element of a matrix fragment (lesson 05).
 """
 from course.widgets.base import NotWhileGrading
+from course.widgets.causal import CausalPicture, causal_explorer, causal_picture
 from course.widgets.costs import (ScoreMatrixCost, roofline_explorer, roofline_points, score_matrix_cost,
                                   score_matrix_explorer)
 from course.widgets.fragments import fragment_explorer
@@ -21,4 +23,5 @@ from course.widgets.tiling import TilingStep, hbm_bytes, tiling_explorer, tiling
 __all__ = ["NotWhileGrading", "ScoreMatrixCost", "score_matrix_cost", "score_matrix_explorer", "roofline_points",
            "roofline_explorer", "OnlineSoftmaxStep", "online_softmax_trace", "online_softmax_explorer",
            "TilingStep", "tiling_trace", "hbm_bytes", "tiling_explorer", "memory_access_explorer",
-           "pipeline_explorer", "fragment_explorer"]
+           "pipeline_explorer", "fragment_explorer",
+           "CausalPicture", "causal_picture", "causal_explorer"]

@@ -101,10 +101,11 @@ extern "C" __global__ void causal_attention(const __half* __restrict__ q, const 
     const int row = row0 + warp * 16 + my_row;  // the query row of the lane pair
 
     // region: tile_range
-    // BEGIN SOLUTION
     const int offset = n_k - n_q;  // query i sees keys j <= i + offset
+    int kv_end = n_k;              // the tile loop visits keys 0 .. kv_end - 1
+    // BEGIN SOLUTION
     // Keys past the block's last row's last visible key are never needed: tiles of kind (c).
-    const int kv_end = causal ? max(0, min(n_k, row0 + block_m + offset)) : n_k;
+    if (causal) kv_end = max(0, min(n_k, row0 + block_m + offset));
     // END SOLUTION
     // endregion: tile_range
     const int n_tiles = (kv_end + block_n - 1) / block_n;  // 0 when no row of the block sees any key

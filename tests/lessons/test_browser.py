@@ -30,10 +30,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LESSON01 = REPO / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb"
 STUDENT = {lesson: REPO / "notebooks" / lesson / f"{lesson}.ipynb"
            for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling",
-                                                 "04_double_buffering", "05_matrix_units")}
+                                                 "04_double_buffering", "05_matrix_units",
+                                                 "06_causal_masking")}
 # Lessons whose browser test moves each widget and keeps a screenshot of the student notebook (lesson 01's
 # solution notebook has a test of its own).
-MOVED = {"03_tiling", "04_double_buffering", "05_matrix_units"}
+MOVED = {"03_tiling", "04_double_buffering", "05_matrix_units", "06_causal_masking"}
 RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the rest is headroom
 
 

@@ -1,0 +1,44 @@
+"""Wrong answers for lesson 06 (causal masking)."""
+from autograder.corpora.wrong import WrongSolution
+from autograder.corpora.wrong.track_entries import kernel_answers
+
+_A = "06_causal_masking"
+
+# Three mistakes per track from the kernel-file corpora, each also tested there against the file.
+_KERNEL_ENTRIES = {
+    "triton": ("06.causal_triton", ("mask-off-by-one", "top-left-alignment", "nan-on-empty-rows")),
+    "cuda": ("06.causal_cuda", ("mask-off-by-one", "stops-before-diagonal", "empty-rows-unwritten")),
+}
+
+WRONG = [
+    # -- exercise 1: the mask -------------------------------------------------------------------------
+    WrongSolution(_A, "causal_mask", "alignments-swapped", "uses offset 0 for bottom-right and Nk - Nq for top-left",
+                  edits=(("offset = 0 if top_left else n_k - n_q", "offset = n_k - n_q if top_left else 0"),),
+                  hint="the alignments are swapped"),
+    WrongSolution(_A, "causal_mask", "diagonal-hidden", "hides the key on the diagonal (j < i + offset)",
+                  edits=(("return j <= i + offset", "return j < i + offset"),), hint="j < i hides it"),
+    WrongSolution(_A, "causal_mask", "always-top-left", "ignores the alignment and starts the diagonal at key 0",
+                  edits=(("offset = 0 if top_left else n_k - n_q", "offset = 0"),),
+                  hint="this is the top-left mask for both"),
+    # -- exercise 2: causal attention in PyTorch --------------------------------------------------------
+    WrongSolution(_A, "causal_torch", "nan-on-empty-rows", "subtracts the LSE even where it is -inf",
+                  edits=(("p = torch.exp(s - safe[:, None])", "p = torch.exp(s - lse[:, None])"),),
+                  hint="the NaN rows are rows that see no key"),
+    WrongSolution(_A, "causal_torch", "top-left", "masks with PyTorch's top-left convention",
+                  edits=(("~causal_mask(q.shape[0], k.shape[0])", "~causal_mask(q.shape[0], k.shape[0], top_left=True)"),),
+                  hint="the causal mask is aligned top-left"),
+    WrongSolution(_A, "causal_torch", "mask-after-softmax", "zeroes the masked probabilities after a full softmax",
+                  edits=(("    s = s.masked_fill(~causal_mask(q.shape[0], k.shape[0]), -math.inf)\n", ""),
+                         ("p = torch.exp(s - safe[:, None])",
+                          "p = torch.exp(s - safe[:, None]) * causal_mask(q.shape[0], k.shape[0])")),
+                  hint=None),
+    # -- exercise 3: tile counts ----------------------------------------------------------------------
+    WrongSolution(_A, "tile_counts", "top-left-counts", "counts the tiles of the top-left mask",
+                  edits=(("offset = n_k - n_q", "offset = 0"),), hint="these are the top-left counts"),
+    WrongSolution(_A, "tile_counts", "first-row-for-skip", "skips a tile when its first row sees none of it",
+                  edits=(("if c0 > r1 + offset:", "if c0 > r0 + offset:"),), hint=None),
+    WrongSolution(_A, "tile_counts", "padded-tiles", "uses the padded tile edges instead of the last real row and key",
+                  edits=(("r1 = min(n_q, r0 + block_m) - 1", "r1 = r0 + block_m - 1"),
+                         ("c1 = min(n_k, c0 + block_n) - 1", "c1 = c0 + block_n - 1")), hint=None),
+    # -- exercise 4: the kernel, graded on the best track; each entry attempts one track
+] + kernel_answers(_A, "causal_kernel", _KERNEL_ENTRIES)
