@@ -155,20 +155,6 @@ def test_the_summary_names_the_counts_shares_blind_rows_and_imbalance():
     assert "nothing to pair" in "\n".join(causal_picture(256, 256, 64, 64, "bottom_right", 4).summary())
 
 
-@pytest.fixture
-def shown(monkeypatch):
-    """Draw with Agg, and count the figures the builder shows (closing each, as the inline backend does)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figures = []
-
-    def show(*args, **kwargs):
-        figures.append(plt.gcf().number)
-        plt.close("all")
-
-    monkeypatch.setattr(plt, "show", show)
-    return figures
 
 
 def test_while_grading_the_builder_draws_nothing(monkeypatch):

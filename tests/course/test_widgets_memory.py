@@ -12,20 +12,6 @@ from widget_support import first_widget
 BUILDERS = [memory.memory_access_explorer, memory.pipeline_explorer]
 
 
-@pytest.fixture
-def shown(monkeypatch):
-    """Draw with Agg, and count the figures the builders show (closing each, as the inline backend does)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figures = []
-
-    def show(*args, **kwargs):
-        figures.append(plt.gcf().number)
-        plt.close("all")
-
-    monkeypatch.setattr(plt, "show", show)
-    return figures
 
 
 
