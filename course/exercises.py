@@ -423,17 +423,21 @@ def _bank_ways(fn, arguments: Iterable[dict] | None = None) -> Report:
 
 # -- lesson 05: who holds which element of a fragment ------------------------------------------------
 
-def _fragment_lane_expected(track: str, row: int, col: int) -> int:
-    from course.fragments import fragment_map
-    return int(fragment_map(track)[0][row, col])
+def _fragment_map_entry(which: int):
+    """The lane (0) or slot (1) the course's runtime stores at (row, col) of a track's accumulator fragment."""
+    def entry(track: str, row: int, col: int) -> int:
+        from course.fragments import fragment_map
+        return int(fragment_map(track)[which][row, col])
+    return entry
 
+
+_fragment_lane_expected = _fragment_map_entry(0)
 
 _FRAGMENT_MISTAKES = [
     Mistake("rows and columns are swapped: the stored map's row index is the fragment's row.",
             lambda track, row, col: _fragment_lane_expected(track, col, row)),
     Mistake("that is the element (slot) number inside the lane, the second map; the question is the lane.",
-            lambda track, row, col: __import__("course.fragments", fromlist=["fragment_map"]).fragment_map(track)[1]
-            [row, col]),
+            _fragment_map_entry(1)),
 ]
 
 
@@ -497,14 +501,16 @@ def _causal_torch(fn, cases: Iterable[Case] | None = None) -> Report:
     return check_attention("06.causal_torch", fn, cases, with_lse=True)
 
 
-def _tile_counts_expected(part: int):
-    from course.causal import tile_counts
-    return lambda n_q, n_k, block_m, block_n: (lambda c: (c.skipped, c.full, c.diagonal)[part])(
-        tile_counts(n_q, n_k, block_m, block_n))
+def _tile_count(part: int, alignment: str = "bottom_right"):
+    """One of the (skipped, full, diagonal) counts, as a function of the sizes."""
+    def count(n_q: int, n_k: int, block_m: int, block_n: int) -> int:
+        from course.causal import tile_counts
+        counts = tile_counts(n_q, n_k, block_m, block_n, alignment)
+        return (counts.skipped, counts.full, counts.diagonal)[part]
+    return count
 
 
 def _tile_counts(fn, arguments: Iterable[dict] | None = None) -> Report:
-    from course.causal import tile_counts
     args = arguments or [dict(n_q=4, n_k=4, block_m=1, block_n=1), dict(n_q=256, n_k=256, block_m=64, block_n=64),
                          dict(n_q=256, n_k=256, block_m=64, block_n=32), dict(n_q=100, n_k=300, block_m=32, block_n=64),
                          dict(n_q=300, n_k=100, block_m=64, block_n=32), dict(n_q=130, n_k=130, block_m=64, block_n=64),
@@ -520,9 +526,8 @@ def _tile_counts(fn, arguments: Iterable[dict] | None = None) -> Report:
             return fn(**kwargs)[part]
         one.__name__ = f"tile_counts[{name}]"
         mistakes = [Mistake("the mask is bottom-right aligned (offset Nk − Nq): these are the top-left counts.",
-                            lambda n_q, n_k, block_m, block_n, part=part: (lambda c: (c.skipped, c.full, c.diagonal)[part])(
-                                tile_counts(n_q, n_k, block_m, block_n, "top_left")))]
-        report = check_values("06.tile_counts", one, _tile_counts_expected(part), args, mistakes)
+                            _tile_count(part, "top_left"))]
+        report = check_values("06.tile_counts", one, _tile_count(part), args, mistakes)
     return report
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["NotWhileGrading", "interactive", "human_bytes", "GIB", "DTYPES"]
+__all__ = ["NotWhileGrading", "interactive", "show", "human_bytes", "GIB", "DTYPES"]
 
 GIB = 2**30
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -30,6 +30,15 @@ def interactive(builder):
             return NotWhileGrading(builder.__name__)
         return builder(*args, **kwargs)
     return build
+
+
+def show(fig, **layout) -> None:
+    """Lay out and show a widget's figure, then close it: each redraw makes a new one, and an open figure
+    left behind by every slider move would pile up in pyplot's registry."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout(**layout)
+    plt.show()
+    plt.close(fig)
 
 
 def human_bytes(n: float) -> str:

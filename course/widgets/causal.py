@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course import causal
-from course.widgets.base import interactive
+from course.widgets.base import interactive, show
 
 __all__ = ["CausalPicture", "causal_picture", "causal_explorer"]
 
@@ -211,9 +211,7 @@ def causal_explorer():
         bars.set(xlabel="program", ylabel="key tiles computed",
                  title=f"{picture.query_tiles} query tiles dealt to {programs} programs")
         bars.legend(fontsize=8)
-        fig.tight_layout()
-        plt.show()
-        plt.close(fig)
+        show(fig)
 
     out = w.interactive_output(draw, dict(n_q=n_q, n_k=n_k, block_m=block_m, block_n=block_n,
                                           alignment=alignment, programs=programs))

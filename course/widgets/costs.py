@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course import roofline
-from course.widgets.base import DTYPES, GIB, human_bytes, interactive
+from course.widgets.base import DTYPES, GIB, human_bytes, interactive, show
 
 __all__ = ["ScoreMatrixCost", "score_matrix_cost", "score_matrix_explorer", "roofline_points", "roofline_explorer"]
 
@@ -73,8 +73,7 @@ def score_matrix_explorer(gpu_memory_gib: float = 80.0):
             right.plot([here.n], [getattr(here, attr) / GIB], "k*", ms=10)
         right.set(xlabel="sequence length N", ylabel="GiB moved", title="Global-memory traffic, one forward pass")
         right.legend(fontsize=8)
-        fig.tight_layout()
-        plt.show()
+        show(fig)
 
     out = w.interactive_output(draw, dict(log_n=log_n, d=d, dtype=dtype, heads=heads))
     return w.VBox([w.HBox([log_n, heads]), w.HBox([d, dtype]), text, out])
@@ -114,8 +113,7 @@ def roofline_explorer():
         ax.set(xlabel="arithmetic intensity (FLOP per byte of global memory)", ylabel="attainable TFLOP/s",
                title=f"Attention forward, N = {2**log_n:,}, D = {d}, fp16")
         ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        plt.show()
+        show(fig)
         std, fused = points["standard"], points["fused"]
         text.value = (f"<p>Standard attention: at most <b>{std[1]:.0f}</b> TFLOP/s (memory-bound). "
                       f"Fused: at most <b>{fused[1]:.0f}</b> TFLOP/s "

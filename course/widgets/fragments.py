@@ -6,7 +6,7 @@ import html
 import numpy as np
 
 from course.fragments import FRAGMENTS, LANES, fragment_map, lane_cells, owner_text
-from course.widgets.base import interactive
+from course.widgets.base import interactive, show
 
 __all__ = ["lane_colours", "fragment_explorer"]
 
@@ -68,8 +68,7 @@ def fragment_explorer():
         ax.set_ylabel("row")
         ax.set_title(f"Lane {lane}'s elements outlined, with its slot e;\n"
                      f"every other cell shows the lane that holds it", fontsize=9)
-        fig.tight_layout()
-        plt.show()
+        show(fig)
         text.value = _lane_sentence(track, lane) + f"<p>{html.escape(owner_text(track))}</p>"
 
     out = w.interactive_output(draw, dict(lane=lane, track=track))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course import memory_model as mm
-from course.widgets.base import interactive
+from course.widgets.base import interactive, show
 
 __all__ = ["MemoryPicture", "memory_picture", "memory_access_explorer", "pipeline_explorer"]
 
@@ -195,8 +195,7 @@ def memory_access_explorer():
             verdict = "conflict-free" if banks.ways == 1 else f"{banks.ways}-way conflict"
             bank_ax.set(xlabel="shared-memory bank (numbers: distinct words asked of it)",
                         title=f"Shared memory: {verdict}, {banks.wavefronts} wavefront(s)")
-        fig.tight_layout()
-        plt.show()
+        show(fig)
 
     out = w.interactive_output(draw, dict(pad=pad, vector=vector, pattern=pattern, d=d))
     return w.VBox([w.HBox([pad, vector, d]), pattern, text, out])
@@ -246,8 +245,7 @@ def pipeline_explorer():
                    Patch(facecolor="none", edgecolor="grey", hatch="//", label="stall"),
                    Line2D([], [], color="crimson", ls="--", label="__syncthreads()")]
         fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=4)
-        fig.tight_layout(rect=(0, 0.07, 1, 1))
-        plt.show()
+        show(fig, rect=(0, 0.07, 1, 1))
         bound = ("the loads set the pace (memory-bound)" if load > compute else
                  "the computes set the pace" if load < compute else "loads and computes take equally long")
         text.value = (

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course.widgets.base import interactive
+from course.widgets.base import interactive, show
 
 __all__ = ["OnlineSoftmaxStep", "online_softmax_trace", "online_softmax_explorer"]
 
@@ -75,8 +75,7 @@ def online_softmax_explorer(n: int = 64, seed: int = 0):
         right.set(xlabel="columns read", ylabel="running sum l (against the current max)",
                   title="The running sum, block by block")
         right.legend(fontsize=8)
-        fig.tight_layout()
-        plt.show()
+        show(fig)
         text.value = (f"<p>After {now.seen} columns: m = {now.m:.3f}, l = {now.l:.4f} "
                       f"(Σ exp(x − m) over those columns is {true_l:.4f}). At this step the old sum was multiplied "
                       f"by α = exp(m_old − m_new) = {now.alpha:.3g}. Without that rescale l would be "

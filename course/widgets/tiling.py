@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course import roofline
-from course.widgets.base import DTYPES, human_bytes, interactive
+from course.widgets.base import DTYPES, human_bytes, interactive, show
 
 __all__ = ["TilingStep", "tiling_inputs", "tiling_scores", "tiling_trace", "hbm_bytes",
            "tiling_explorer"]
@@ -239,9 +239,7 @@ def tiling_explorer(n_q: int = 64, n_k: int = 128, d: int = 16, seed: int = 0, h
         right.set(xlabel="sequence length N", ylabel="bytes moved to and from global memory",
                   title=f"One head, D = {head_dim}, {dtype}")
         right.legend(fontsize=7)
-        fig.tight_layout()
-        plt.show()
-        plt.close(fig)
+        show(fig)
 
         raised = int((now.alpha < 1.0).sum())
         q_tile_bytes = (row1 - row0) * d * b
