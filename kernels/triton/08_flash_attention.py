@@ -46,6 +46,10 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
         raise TypeError(f"flash_attention: dtype {q.dtype} is not supported; use float16, bfloat16 or float32")
     if not (q.device == k.device == v.device):
         raise ValueError(f"flash_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and _interpreted():
+        # Seen with Triton 3.9: the interpreter's tl.dot on bfloat16 tiles returns garbage (numpy has no bfloat16).
+        raise TypeError("flash_attention: Triton's CPU interpreter computes tl.dot wrongly on bfloat16; use float16 "
+                        "or float32 on the CPU tier (bfloat16 runs on a GPU)")
     if q.device.type == "cpu" and not _interpreted():
         raise ValueError("flash_attention: the tensors are on the CPU, but Triton compiles for a GPU here; "
                          "move them to the GPU (q.cuda()) or run with TRITON_INTERPRET=1")

@@ -122,15 +122,16 @@ class WrongKernel:
 
 
 def exercise_of(test_cell: str) -> str:
-    """Test cells are named test_<solution cell>[_hidden]."""
-    return re.sub(r"_hidden$", "", test_cell.removeprefix("test_"))
+    """Test cells are named test_<solution cell>[_hidden | _in_training] (lesson 08 also grades its operator
+    inside a training run)."""
+    return re.sub(r"_(hidden|in_training)$", "", test_cell.removeprefix("test_"))
 
 
 def corpus(assignment: str | None = None) -> list[WrongSolution]:
     from autograder.corpora.wrong import (lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06,
-                                          lesson07)
+                                          lesson07, lesson08)
     entries = (lesson00.WRONG + lesson01.WRONG + lesson02.WRONG + lesson03.WRONG + lesson04.WRONG + lesson05.WRONG
-               + lesson06.WRONG + lesson07.WRONG)
+               + lesson06.WRONG + lesson07.WRONG + lesson08.WRONG)
     return [e for e in entries if assignment in (None, e.assignment)]
 
 
