@@ -268,6 +268,22 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("07.backward_split_metal", *_BACKWARD,
             "In Metal: backward_dq is one threadgroup per query block; threadgroup_barrier(mem_flags::mem_threadgroup) "
             "around each K/V tile, and plain stores of its own dQ rows at the end."),
+    _ladder("08.flash_attention_triton",
+            "forward(ctx, q, k, v, causal, scale, deterministic) runs lesson 06's forward; what must it keep for "
+            "backward, and what must it not keep?",
+            "o, lse = _forward.causal_attention_forward(q, k, v, causal, scale); ctx.save_for_backward(q, k, v, o, lse); "
+            "keep causal, scale and the dq_mode (\"split\" when deterministic) on ctx. Never P.",
+            "backward(ctx, do): expand K and V over the query heads (repeat_interleave by H // H_kv on dim 1), call "
+            "_backward.attention_backward_bhnd, sum dK and dV over each group (view as (B, H_kv, group, N, D), "
+            ".sum(dim=2)), and return dq, dk, dv, None, None, None."),
+    _ladder("08.training",
+            "The training run uses your flash_attention as it is: if the operator check passes, this one should too. "
+            "Which step's loss differs first?",
+            "Step 0 differs: the forward is wrong for this model (causal, 4 query heads over 2 K/V heads). A later step: "
+            "a gradient is wrong.",
+            "Check the backward's causal flag and scale (ctx.causal, ctx.scale), and that dK and dV are summed over "
+            "each group of query heads, not taken from one of them.",
+            cell="08_capstone/flash_attention_triton"),
     _ladder("03.tiled_triton", *_TILED,
             "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
             "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "
