@@ -33,6 +33,9 @@ class Exercise:
     """Run in a child process: for learner kernels, which can crash the process that runs them."""
     takes: str = "function"
     """What the learner hands in: a Python function, or the kernel module a %%cuda / %%metal cell made."""
+    probe: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    """Turns the learner's function into the one the checks call, when what they need is more than its return
+    value (the capstone's gradients and training run): calls of the probe are what is recorded and replayed."""
 
 
 # -- lesson 00 ----------------------------------------------------------------------------------
@@ -640,21 +643,292 @@ def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bo
     return report
 
 
-def _flash_attention(fn, cases: Iterable[Case] | None = None) -> Report:
-    cases = list(cases) if cases is not None else [
-        Case(17, 17, 32, batch=(2, 3), causal=True, seed=1), Case(65, 33, 16, batch=(1, 2), seed=2),
-        Case(33, 65, 64, batch=(2, 1), kind="peaky", causal=True, seed=3),
-        Case(40, 40, 16, batch=(1, 2), dtype=F16, causal=True, seed=4)]
+# -- lesson 07: the backward pass in PyTorch, its FLOPs, and the determinism lab ---------------------
+
+def _backward_torch_cases() -> list[Case]:
+    # Bottom-right with Nq > Nk leaves rows without a key: their LSE is -inf and P must come out 0, not NaN.
+    return [Case(1, 1, 16), Case(17, 17, 32, kind="peaky", seed=1), Case(20, 33, 16, causal=True, seed=2),
+            Case(33, 20, 16, causal=True, seed=3), Case(24, 40, 64, dtype=torch.float16, causal=True, seed=4)]
+
+
+def _backward_torch(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = list(cases) if cases is not None else _backward_torch_cases()
+    report = check_backward("07.backward_torch", fn, cases)
+    _uses_what_it_is_given("07.backward_torch", fn)
+    return report
+
+
+def _uses_what_it_is_given(exercise: str, fn) -> None:
+    """Hand ``fn`` an O and an LSE that its Q, K, V did not produce, and expect the gradients the
+    FlashAttention formulas give from exactly those (P = exp(scale·Q Kᵀ − LSE), Δ = rowsum(dO ∘ O)).
+
+    A kernel reads O and the LSE from memory and cannot tell where they came from; an answer that runs
+    autograd through attention, or renormalises P row by row, ignores them, and this is where it shows.
+    """
+    from course.engines import _grads_with, _masks
+    from course.reference import attention, attention_backward
+    case = Case(12, 20, 16, causal=True, seed=71)
+    q, k, v = case.tensors()
+    forward = attention(q, k, v, case.causal)
+    gen = torch.Generator().manual_seed(72)
+    o = (forward.o + 0.5 * torch.randn(forward.o.shape, generator=gen, dtype=torch.float64)).float()
+    lse = (forward.lse + torch.rand(forward.lse.shape, generator=gen, dtype=torch.float64)).float()
+    do = torch.randn(q.shape, generator=gen)
+    scale = case.d ** -0.5
+    text = f"{case.describe()} with an O and an LSE these inputs did not produce"
+    got = learner_call(exercise, fn, (q, k, v, o, lse, do), dict(causal=True, scale=scale), text)
+    want = _grads_with(q, k, v, o, lse, do, _masks(case.n_q, case.n_k)["causal"], scale, scale)
+    recomputed = attention_backward(q, k, v, do, True, scale)
+
+    def near(a, b) -> bool:
+        return (isinstance(a, torch.Tensor) and a.shape == b.shape
+                and bool(torch.allclose(a.detach().cpu().double(), b, rtol=1e-4, atol=1e-4 * float(b.abs().max()))))
+
+    if not (isinstance(got, (tuple, list)) and len(got) == 3):
+        raise CheckFailed(f"{exercise}: on {text} your function returned {type(got).__name__}; expected (dq, dk, dv).")
+    for name, g, w, r in zip(("dq", "dk", "dv"), got, want, recomputed):
+        if near(g, w):
+            continue
+        if near(g, r):
+            raise CheckFailed(f"{exercise}: on {text}, your {name} is the gradient of softmax(scale · Q Kᵀ) V "
+                              "recomputed from Q, K and V, not the one the given O and LSE make. The backward "
+                              "must use them as they are: P = exp(scale · Q Kᵀ − LSE) with no renormalising, and "
+                              "Δ = rowsum(dO ∘ O) with the O it is handed (a kernel reads both from memory).")
+        raise CheckFailed(f"{exercise}: wrong {name} on {text} (the other gradients are checked after it). "
+                          "Rebuild P from the given LSE and take Δ from the given O.")
+
+
+_BACKWARD_FLOP_ARGS = [dict(n_q=n_q, n_k=n_k, d=d, design=design) for n_q, n_k, d in ((1, 1, 1), (4096, 4096, 128),
+                                                                                       (17, 129, 64))
+                       for design in ("stored_p", "atomic", "split")]
+
+
+def _products(counts: dict[str, int], per_product: int = 2):
+    """A FLOP count with ``counts[design]`` products of Nq·Nk·D multiply-adds, ``per_product`` FLOPs each."""
+    def count(n_q: int, n_k: int, d: int, design: str) -> int:
+        return per_product * counts[design] * n_q * n_k * d
+    return count
+
+
+_BACKWARD_FLOP_MISTAKES = [
+    Mistake("a multiply-add is 2 FLOPs: each product of the backward is 2 · Nq · Nk · D FLOPs.",
+            _products(roofline.BACKWARD_MATMULS, per_product=1)),
+    Mistake("with P stored there is nothing to recompute: dV = Pᵀ dO, dP = dO Vᵀ, dK = dSᵀ Q and dQ = dS K are 4 "
+            "products.", _products(dict(roofline.BACKWARD_MATMULS, stored_p=5))),
+    Mistake("without P, the backward must first recompute S = Q Kᵀ to rebuild it: 1 + 4 = 5 products in the atomic "
+            "design.", _products(dict(roofline.BACKWARD_MATMULS, atomic=4))),
+    Mistake("the split design's dQ kernel recomputes S = Q Kᵀ and dP = dO Vᵀ before dQ = dS K: 3 products, on top of "
+            "the 4 of the dK/dV kernel (which no longer adds dQ): 7.", _products(dict(roofline.BACKWARD_MATMULS, split=6))),
+    Mistake("the split design's dK/dV kernel does 4 products and its dQ kernel 3 (S and dP again, then dQ): 7, not "
+            "5 + 3.", _products(dict(roofline.BACKWARD_MATMULS, split=8))),
+    Mistake("that is the forward's count (2 products) scaled by 2.5: count the backward's products one by one (4 with "
+            "P stored, 5 without, 7 split).", _products(dict(stored_p=5, atomic=5, split=5))),
+]
+
+
+def _backward_flops(fn, arguments: Iterable[dict] | None = None) -> Report:
+    return check_values("07.backward_flops", fn, roofline.backward_flops, arguments or _BACKWARD_FLOP_ARGS,
+                        _BACKWARD_FLOP_MISTAKES)
+
+
+def _bit_cases() -> list[tuple[str, list[torch.Tensor]]]:
+    """(what the runs hold, the runs): float32 tensors of one gradient from repeated runs."""
+    gen = torch.Generator().manual_seed(73)
+    base = torch.randn(6, 8, generator=gen)
+
+    def nudged(t: torch.Tensor, where: list[int], ulps: int = 1) -> torch.Tensor:
+        bits = t.clone().view(torch.int32).view(-1)
+        bits[where] += ulps
+        return bits.view(torch.float32).view(t.shape)
+
+    zeros, negzeros = base.clone(), base.clone()
+    zeros.view(-1)[[3, 10, 40]] = 0.0
+    negzeros.view(-1)[[3, 10, 40]] = -0.0
+    nans = base.clone()
+    nans.view(-1)[[5, 6]] = float("nan")
+    mixed = [base.clone(), nudged(base, [1]), nudged(base, [1, 2], 2), base.clone(), nudged(base, [9])]
+    wide = torch.randn(32, 16, generator=gen)
+    picks = torch.randperm(wide.numel(), generator=gen)
+    many = [wide] + [nudged(wide, picks[i * 40:(i + 1) * 40].tolist() + picks[:10].tolist()) for i in range(7)]
+    return [
+        ("3 runs with the same bits", [base.clone() for _ in range(3)]),
+        ("2 runs, one element 1 ulp apart", [base.clone(), nudged(base, [17])]),
+        ("2 runs where three zeros change sign (0.0 and -0.0)", [zeros, negzeros]),
+        ("3 runs with two NaNs of the same bits in each, and one element 1 ulp apart",
+         [nans.clone(), nans.clone(), nudged(nans, [0])]),
+        ("5 runs that differ from the first in different elements, some more than once", mixed),
+        ("8 runs of a 32 × 16 gradient, 7 of them moved in different places", many),
+    ]
+
+
+_BIT_MISTAKES = [
+    ("compare bits, not values: -0.0 == 0.0 although their bits differ, and NaN != NaN although the bits are the "
+     "same. View the tensors as integers (t.view(torch.int32)) and compare those.",
+     lambda runs: int((torch.stack(runs) != runs[0]).any(dim=0).sum())),
+    ("every run must be compared, not only the first two.",
+     lambda runs: int((runs[1].view(torch.int32) != runs[0].view(torch.int32)).sum())),
+    ("count elements, not (run, element) pairs: an element that differs in three runs counts once.",
+     lambda runs: int(sum(int((r.view(torch.int32) != runs[0].view(torch.int32)).sum()) for r in runs[1:]))),
+]
+
+
+def _differing_elements(fn, cases: list | None = None) -> Report:
+    from course.determinism import differing_elements
+    cases = cases or _bit_cases()
+    returned, first_wrong = [], None
+    for text, runs in cases:
+        got = learner_call("07.differing_elements", fn, ([r.clone() for r in runs],), {}, text)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, int) or isinstance(got, bool):
+            raise CheckFailed(f"07.differing_elements: on {text} your function returned {type(got).__name__} "
+                              f"{got!r}; expected a whole number of elements.")
+        want = differing_elements(runs)
+        returned.append((runs, got))
+        if first_wrong is None and got != want:
+            first_wrong = f"07.differing_elements: on {text} your function returned {got}, expected {want}"
+    if first_wrong is None:
+        return Report("07.differing_elements", len(cases))
+    fits = [hint for hint, formula in _BIT_MISTAKES if all(formula(runs) == got for runs, got in returned)]
+    raise CheckFailed(first_wrong + (f"\n  hint: {fits[0]}" if len(fits) == 1 else ""))
+
+
+# -- lesson 08: the capstone ------------------------------------------------------------------------
+# The learner's flash_attention is called through course.capstone's probe: one forward and backward, with
+# what the run saved for its backward and what it built in PyTorch, all returned as data (and so
+# recorded and replayed under the grader like any Python answer).
+
+def _capstone_cases() -> list[Case]:
+    return [Case(17, 17, 32, batch=(2, 3), causal=True, seed=1), Case(65, 33, 16, batch=(1, 2), seed=2),
+            Case(33, 65, 64, batch=(2, 1), kind="peaky", causal=True, seed=3),
+            Case(40, 40, 16, batch=(1, 2), dtype=F16, causal=True, seed=4),
+            # keys outnumber D by far: a score matrix (Nq × Nk per head) is larger than anything else the call
+            # may build in PyTorch (the kernels' copies of Q, K, V and the gradients)
+            Case(128, 128, 16, batch=(1, 2), causal=True, seed=5)]
+
+
+def _built_by_wrapper(exercise: str, text: str, products: int, fused: int) -> None:
+    """Refuse a wrapper that computes attention in PyTorch instead of calling the kernels."""
+    if fused:
+        raise CheckFailed(f"{exercise}: on {text} flash_attention calls PyTorch's fused attention "
+                          "(scaled_dot_product_attention). The capstone runs the course's kernels: lesson 06's forward "
+                          "and lesson 07's backward.")
+    if products:
+        raise CheckFailed(f"{exercise}: on {text} flash_attention makes {products} matrix product(s) in PyTorch. The "
+                          "attention's arithmetic belongs to the kernels (lesson 06's forward, lesson 07's backward); "
+                          "the wrapper only shapes tensors, maps heads and sums gradients.")
+
+
+def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, text: str,
+                   backward: bool) -> tuple:
+    """(o, dq, dk, dv) of a probe's result, after the rules on what the call saved and built."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 6):
+        raise CheckFailed(f"{exercise}: the probe of your function returned {type(result).__name__}; expected six items.")
+    o, dq, dk, dv, saved, (largest, products, fused) = result
+    _built_by_wrapper(exercise, text, products, fused)
+    if not isinstance(o, torch.Tensor):
+        raise CheckFailed(f"{exercise}: on {text} flash_attention returned {type(o).__name__}; expected the output tensor.")
+    b, h, n_q, d = q.shape
+    limit = 4 * b * h * max(n_q, k.shape[2]) * d  # bytes of an (expanded) input, as the interpreter copies them
+    if largest > limit:
+        raise CheckFailed(f"{exercise}: on {text} a PyTorch operator inside flash_attention returned {largest:,} "
+                          f"elements, more than the inputs ({limit:,} bytes) and than anything the kernels' wrapper "
+                          "needs: is the Nq × Nk score matrix built outside the kernels?")
+    if saved is None:
+        raise CheckFailed(f"{exercise}: on {text} the output has no torch.autograd.Function behind it: flash_attention "
+                          "must return what FlashAttention.apply(...) returns, so that its own backward runs.")
+    allowed = {tuple(q.shape), tuple(k.shape), tuple(v.shape), (b, h, n_q)}
+    extra = [tuple(shape) for shape in saved if tuple(shape) not in allowed]
+    if extra or len(saved) > 5:
+        what = f"a tensor of shape {extra[0]}" if extra else f"{len(saved)} tensors"
+        if extra and extra[0][1] == h and extra[0][2] == k.shape[2] and k.shape[1] != h:
+            what += (" (K or V repeated over the query heads: save them as given, with their own heads, and expand "
+                     "them in the backward)")
+        raise CheckFailed(f"{exercise}: on {text} the forward keeps {what} for the backward. FlashAttention's forward "
+                          f"saves the inputs, O and one LSE per query row ({(b, h, n_q)}), and nothing else: the "
+                          "backward rebuilds P from the LSE.")
+    if backward and not all(isinstance(g, torch.Tensor) for g in (dq, dk, dv)):
+        raise CheckFailed(f"{exercise}: on {text} the backward left a gradient of q, k or v empty: does backward "
+                          "return (dq, dk, dv, None, None, None)?")
+    return o, dq, dk, dv
+
+
+def _flash_attention(probe, cases: Iterable[Case] | None = None) -> Report:
+    exercise = "08.flash_attention_triton"
+    cases = list(cases) if cases is not None else _capstone_cases()
+    options = dict(device=tiers.device(), tier=tiers.active_tier())
+
+    def forward(q, k, v, causal=False, scale=None):
+        text = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+        return _probe_outputs(exercise, probe(q, k, v, None, causal=causal, scale=scale), q, k, v, text, False)[0]
 
     def gradients(q, k, v, o, lse, do, causal=False, scale=None):
-        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        fn(*leaves, causal=causal, scale=scale).backward(do)
-        return tuple(t.grad for t in leaves)
+        text = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+        return _probe_outputs(exercise, probe(q, k, v, do, causal=causal, scale=scale), q, k, v, text, True)[1:]
 
-    options = _kernel_options()
-    report = check_attention("08.flash_attention_triton", fn, cases, pass_causal=True, pass_scale=True, **options)
-    check_backward("08.flash_attention_triton", gradients, cases, **options)
+    forward.__name__ = gradients.__name__ = getattr(probe, "__name__", "flash_attention")
+    report = check_attention(exercise, forward, cases, pass_causal=True, pass_scale=True, **options)
+    check_backward(exercise, gradients, cases, **options)
+    _grouped_query_heads(exercise, probe, options["device"])
     return report
+
+
+def _grouped_query_heads(exercise: str, probe, device) -> None:
+    """Four query heads over two K/V heads: query head h reads K/V head h // 2, and dK, dV sum over each group."""
+    from course.reference import attention
+    gen = torch.Generator().manual_seed(81)
+    q = torch.randn(1, 4, 20, 16, generator=gen)
+    k, v = torch.randn(1, 2, 33, 16, generator=gen), torch.randn(1, 2, 33, 16, generator=gen)
+    do = torch.randn(1, 4, 20, 16, generator=gen)
+    text = "grouped-query heads (q has 4 heads, k and v 2; Nq=20, Nk=33, D=16, causal)"
+    args = [t.to(device) for t in (q, k, v, do)]
+    result = learner_call(exercise, probe, tuple(args), dict(causal=True, scale=None), text)
+    got = _probe_outputs(exercise, result, *args[:3], text, True)
+    leaves = [t.double().requires_grad_(True) for t in (q, k, v)]
+    want_o = attention(leaves[0], leaves[1].repeat_interleave(2, dim=1), leaves[2].repeat_interleave(2, dim=1),
+                       True).o
+    want_o.backward(do.double())
+    for name, g, w in zip(("o", "dq", "dk", "dv"), got, (want_o.detach(), *(t.grad for t in leaves))):
+        if not (isinstance(g, torch.Tensor) and g.shape == w.shape):
+            raise CheckFailed(f"{exercise}: with {text}, {name} has shape "
+                              f"{tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__}; expected "
+                              f"{tuple(w.shape)} (the gradient of k and v has k's and v's own 2 heads).")
+        err = float((g.detach().cpu().double() - w).abs().max())
+        if not err <= 1e-4 * max(1.0, float(w.abs().max())):
+            raise CheckFailed(f"{exercise}: wrong {name} with {text}: off by up to {err:.3g}. Query head h reads K/V head "
+                              "h // (H / H_kv), and the gradient of a K/V head is the sum over the query heads that "
+                              "read it.")
+
+
+def _training(probe, steps: int = 8, seed: int = 0) -> Report:
+    """Losses of a short training run with the learner's attention against the same run with PyTorch's."""
+    from course.capstone import sdpa_attention, train_losses
+    text = f"a {steps}-step training run (seed {seed})"
+    result = learner_call("08.training", probe, (steps, seed), {}, text)
+    if not (isinstance(result, (list, tuple)) and len(result) == 2):
+        raise CheckFailed(f"08.training: the training run returned {type(result).__name__}; expected (losses, built).")
+    got, (products, fused) = result
+    _built_by_wrapper("08.training", text, products, fused)
+    want = train_losses(sdpa_attention, steps=steps, seed=seed)
+    if not (isinstance(got, (list, tuple)) and all(isinstance(x, float) for x in got)):
+        raise CheckFailed(f"08.training: the training run returned {type(got).__name__}; expected a list of losses.")
+    for step, (a, b) in enumerate(zip(got, want)):
+        if not abs(a - b) <= 1e-4 * max(1.0, abs(b)):
+            raise CheckFailed(f"08.training: at step {step} the loss with your flash_attention is {a:.6g}, with PyTorch's "
+                              f"attention {b:.6g} (steps before it agree). "
+                              + ("The very first loss differs: the forward is wrong for this model (causal, grouped "
+                                 "heads)." if step == 0 else "The forward agreed, so the gradients differ: check the "
+                                 "backward (causal, scale, the sum over grouped heads)."))
+    if len(got) != len(want):
+        raise CheckFailed(f"08.training: the run stopped after {len(got)} of {len(want)} steps (a loss was not finite).")
+    return Report("08.training", steps)
+
+
+def _capstone_probe(name: str):
+    def make(fn):
+        from course import capstone
+        return getattr(capstone, name)(fn)
+    return make
 
 
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
@@ -719,11 +993,17 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("06.causal_torch", "Causal attention in PyTorch, rows that see no key included", _causal_torch),
     Exercise("06.tile_counts", "Skipped, full and diagonal tiles of causal attention", _tile_counts),
     Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),
+    Exercise("07.backward_torch", "The backward pass in PyTorch from O and the LSE", _backward_torch),
+    Exercise("07.backward_flops", "FLOPs of the backward: P stored, atomic dQ, split dQ", _backward_flops),
+    Exercise("07.differing_elements", "Counting the elements whose bits differ between runs", _differing_elements),
     Exercise("07.backward_atomic_triton", "The backward pass, dQ accumulated with atomics",
              lambda fn, cases=None: _backward("07.backward_atomic_triton", fn, cases), isolated=True),
     Exercise("07.backward_split_triton", "The backward pass, dQ in its own atomic-free kernel",
              lambda fn, cases=None: _backward("07.backward_split_triton", fn, cases, deterministic=True), isolated=True),
-    Exercise("08.flash_attention_triton", "FlashAttention as a torch.autograd.Function", _flash_attention, isolated=True),
+    Exercise("08.flash_attention_triton", "FlashAttention as a torch.autograd.Function", _flash_attention,
+             probe=_capstone_probe("autograd_probe")),
+    Exercise("08.training", "Training a tiny model with flash_attention in place of PyTorch's attention", _training,
+             probe=_capstone_probe("training_probe")),
 ]}
 
 
@@ -757,6 +1037,8 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
                               f"again.")
     elif not callable(candidate):
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
+    if chosen.probe is not None and not isinstance(candidate, Replay):
+        candidate = chosen.probe(candidate)
     graded, learner, row = _triton_kernels(exercise, candidate)
     if learner is not None and _gate_wanted(row, learner):
         from course.tracks.triton_answer import gate
@@ -764,7 +1046,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     if isinstance(candidate, Replay):
         graded = candidate.for_exercise(exercise)
     recorder = None
-    if (row is None and chosen.takes == "function" and not chosen.isolated and autograding()
+    if ((row is None or row.learner_wrapper) and chosen.takes == "function" and not chosen.isolated and autograding()
             and not isinstance(candidate, Replay)):
         # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
         recorder = graded = Recorder(exercise, candidate, getattr(candidate, "__name__", exercise))

@@ -55,6 +55,13 @@ _TILED = (
     "tile at once.",
 )
 
+_BACKWARD = (
+    "One program per block of keys keeps K, V and its dK, dV accumulators on chip and walks over the query blocks. "
+    "What does it rebuild for each query block, and from what?",
+    "P = exp(scale · Q Kᵀ − LSE) (masked entries 0, a row with LSE = −inf gives 0), then dV += Pᵀ dO, dP = dO Vᵀ, "
+    "dS = P ∘ (dP − Δ) with Δ = rowsum(dO ∘ O) from a pre-pass, dK += dSᵀ Q; scale dK once at the end.",
+)
+
 _PING_PONG = (
     "Two buffers for K and two for V: tile t is computed on in buffer t % 2. Which buffer does the copy of tile "
     "t + 1 go to, and when may it start?",
@@ -221,6 +228,62 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "n_k - n_q on tiles the diagonal crosses.",
             "Rows that see no key keep m = -inf: never compute exp(m - m_new) with both -inf; write O = 0 and LSE = "
             "-inf for them."),
+    _ladder("07.backward_torch",
+            "Four products and one row term: dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − Δ), then dQ and dK from dS. Where does "
+            "P come from when the forward kept only O and the LSE?",
+            "P = exp(scale · Q Kᵀ − LSE), masked entries 0: no max and no row sum, the LSE already is the normaliser. "
+            "Δ_i = Σ_d dO_id · O_id, from the O you are given.",
+            "A row with LSE = −inf sees no key: subtract +inf there (torch.where) so its P is 0, not NaN. Then "
+            "dQ = scale · dS K and dK = scale · dSᵀ Q.",
+            cell="07_backward_pass/backward_torch"),
+    _ladder("07.backward_flops",
+            "List the matrix products of the backward one by one. Each is Nq · Nk · D multiply-adds; how many FLOPs is "
+            "a multiply-add?",
+            "With P stored: dV = Pᵀ dO, dP = dO Vᵀ, dK = dSᵀ Q, dQ = dS K. Without it, S = Q Kᵀ comes first to rebuild P.",
+            "stored_p 4, atomic 5, split 4 + 3 = 7 (the dQ kernel recomputes S and dP); FLOPs = 2 · products · Nq · Nk · D.",
+            cell="07_backward_pass/backward_flops"),
+    _ladder("07.differing_elements",
+            "Two floats can be equal as numbers and differ as bits, and the other way round. Which two values are the "
+            "examples?",
+            "-0.0 == 0.0 but their bits differ; NaN != NaN although its bits are the same. Compare the bit patterns: "
+            "t.view(torch.int32).",
+            "Stack the runs' bit patterns, compare each run with the first, and count the elements that differ in any "
+            "run: (bits != bits[0]).any(dim=0).sum().",
+            cell="07_backward_pass/differing_elements"),
+    _ladder("07.backward_atomic_triton", *_BACKWARD,
+            "The dQ share of this program for the query block is scale · dS K: add it with tl.atomic_add into a float32 "
+            "dQ zeroed before the launch (mask the padded rows)."),
+    _ladder("07.backward_split_triton", *_BACKWARD,
+            "dq_kernel: one program per query block loops over the key blocks it sees (stop at the last key its last "
+            "row sees), recomputes S, P and dP, and sums dS K in registers; no atomics."),
+    _ladder("07.backward_atomic_cuda", *_BACKWARD,
+            "In CUDA C: after __syncthreads() (the dS tile is complete) each thread adds its rows' share of dS K · scale "
+            "into dq with atomicAdd; a plain += from two blocks loses one of the updates."),
+    _ladder("07.backward_split_cuda", *_BACKWARD,
+            "In CUDA C: backward_dq loads its Q, dO, LSE and Δ once, loops over K/V tiles with __syncthreads() before "
+            "and after each copy, and writes its dQ rows with plain stores at the end."),
+    _ladder("07.backward_atomic_metal", *_BACKWARD,
+            "In Metal there is no float atomicAdd on device memory in every version: add with a compare-and-swap loop "
+            "on the float's bits (atomic_compare_exchange_weak_explicit) until no other thread got in between."),
+    _ladder("07.backward_split_metal", *_BACKWARD,
+            "In Metal: backward_dq is one threadgroup per query block; threadgroup_barrier(mem_flags::mem_threadgroup) "
+            "around each K/V tile, and plain stores of its own dQ rows at the end."),
+    _ladder("08.flash_attention_triton",
+            "forward(ctx, q, k, v, causal, scale, deterministic) runs lesson 06's forward; what must it keep for "
+            "backward, and what must it not keep?",
+            "o, lse = _forward.causal_attention_forward(q, k, v, causal, scale); ctx.save_for_backward(q, k, v, o, lse); "
+            "keep causal, scale and the dq_mode (\"split\" when deterministic) on ctx. Never P.",
+            "backward(ctx, do): expand K and V over the query heads (repeat_interleave by H // H_kv on dim 1), call "
+            "_backward.attention_backward_bhnd, sum dK and dV over each group (view as (B, H_kv, group, N, D), "
+            ".sum(dim=2)), and return dq, dk, dv, None, None, None."),
+    _ladder("08.training",
+            "The training run uses your flash_attention as it is: if the operator check passes, this one should too. "
+            "Which step's loss differs first?",
+            "Step 0 differs: the forward is wrong for this model (causal, 4 query heads over 2 K/V heads). A later step: "
+            "a gradient is wrong.",
+            "Check the backward's causal flag and scale (ctx.causal, ctx.scale), and that dK and dV are summed over "
+            "each group of query heads, not taken from one of them.",
+            cell="08_capstone/flash_attention_triton"),
     _ladder("03.tiled_triton", *_TILED,
             "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
             "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "

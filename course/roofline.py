@@ -16,7 +16,7 @@ import torch
 __all__ = [
     "attention_flops", "visible_pairs", "standard_attention_bytes", "flash_attention_bytes", "naive_kernel_bytes_read",
     "score_matrix_bytes", "arithmetic_intensity", "element_size", "Device", "DEVICES", "attainable_flops",
-    "softmax_bytes", "tiled_kernel_bytes",
+    "softmax_bytes", "tiled_kernel_bytes", "BACKWARD_MATMULS", "backward_flops",
 ]
 
 
@@ -38,6 +38,20 @@ def visible_pairs(n_q: int, n_k: int, causal: bool = False) -> int:
 def attention_flops(n_q: int, n_k: int, d: int, causal: bool = False) -> int:
     """Forward FLOPs: 2 matmuls × 2 FLOPs per multiply-add × (visible pairs) × D."""
     return 4 * visible_pairs(n_q, n_k, causal) * d
+
+
+# Matrix products per (query block, key block) pair of the backward pass, each Nq·Nk·D multiply-adds
+# over the whole problem. With P stored by the forward: dV = Pᵀ dO, dP = dO Vᵀ, dK = dSᵀ Q, dQ = dS K.
+# FlashAttention stores only the LSE, so S = Q Kᵀ is recomputed first (5). Without atomics, the dQ kernel
+# recomputes S and dP for itself before dQ = dS K (4 + 3 = 7).
+BACKWARD_MATMULS = {"stored_p": 4, "atomic": 5, "split": 7}
+
+
+def backward_flops(n_q: int, n_k: int, d: int, design: str, causal: bool = False) -> int:
+    """Matrix-product FLOPs of the backward pass for ``design`` "stored_p", "atomic" or "split"."""
+    if design not in BACKWARD_MATMULS:
+        raise ValueError(f"design must be one of {', '.join(map(repr, BACKWARD_MATMULS))}; got {design!r}")
+    return 2 * BACKWARD_MATMULS[design] * visible_pairs(n_q, n_k, causal) * d
 
 
 def score_matrix_bytes(n_q: int, n_k: int, bytes_per_element: int) -> int:

@@ -238,7 +238,9 @@ def _prepare_course(workdir: Path, assignment: str, source_notebook: Path, timeo
     except FileExistsError as exc:
         raise GradingError(str(exc)) from None
     if kernels_folder().is_dir():
-        write_kernels_without_solutions(kernels_folder(), course.kernels_view)
+        from course.tracks.table import graded_whole
+        whole = tuple(p.removeprefix("kernels/") for p in graded_whole(assignment[:2]))
+        write_kernels_without_solutions(kernels_folder(), course.kernels_view, whole)
     course.add_source(assignment, source_notebook.parent)
     say(f"generating {assignment} in {course.root}")
     run = course.run("generate_assignment", assignment, "--force", log_file=course.root / "logs" / "generate_assignment.log")

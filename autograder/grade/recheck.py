@@ -87,6 +87,13 @@ def _wrapper_names(source: str) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not is_jit(n)]
 
 
+def _learner_wrapper(source: str) -> bool:
+    """A Triton file whose Python wrapper is the exercise (lesson 08): graded like Python, from recordings."""
+    from course.tracks.table import EXERCISES
+    path = str(source).partition("#")[0]
+    return any(row.learner_wrapper and row.kernel_file == path for row in EXERCISES)
+
+
 def answer_cells(source_nb: dict) -> list[dict]:
     """Every answer cell of the instructor's notebook: its grade id, kind and the names it defines."""
     answers = []
@@ -99,7 +106,7 @@ def answer_cells(source_nb: dict) -> list[dict]:
         magic = str(course.get("magic", ""))
         if magic.startswith(("%%cuda ", "%%metal ")):
             kind, names, kernel_file = magic[2:].split()[0], [magic.split()[1]], None
-        elif str(course.get("source", "")).startswith("kernels/triton/"):
+        elif str(course.get("source", "")).startswith("kernels/triton/") and not _learner_wrapper(course["source"]):
             # ``course.source`` may name the function too (``kernels/triton/02_online_softmax.py#merge``).
             kind, names, kernel_file = "triton", _wrapper_names(text), str(course["source"]).partition("#")[0]
         else:

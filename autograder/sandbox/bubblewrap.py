@@ -139,15 +139,22 @@ def kernels_folder() -> Path:
 _COMMENT = {".py": "#", ".cu": "//", ".cuh": "//", ".metal": "//", ".c": "//", ".h": "//", ".cpp": "//", ".hpp": "//"}
 
 
-def write_kernels_without_solutions(source: Path, dest: Path) -> None:
+def write_kernels_without_solutions(source: Path, dest: Path, whole: tuple[str, ...] = ()) -> None:
     """Copy the kernel sources in ``source`` to ``dest`` with every solution region removed.
 
     The repository's kernels are the complete reference solutions; a submission that could read
-    them at grading time could hand them in. The sandbox shows this copy in their place.
+    them at grading time could hand them in. The sandbox shows this copy in their place. ``whole``
+    names files (relative to ``source``, e.g. ``triton/06_causal.py``) copied as they are: the lesson
+    being graded calls them and does not ask for them (lesson 08 wraps lessons 06 and 07).
     """
     for path in sorted(Path(source).rglob("*")):
         comment = _COMMENT.get(path.suffix)
         if not path.is_file() or comment is None or "__pycache__" in path.parts:
+            continue
+        target = Path(dest) / path.relative_to(source)
+        if path.relative_to(source).as_posix() in whole:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
             continue
         kept, inside = [], False
         for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
@@ -159,7 +166,6 @@ def write_kernels_without_solutions(source: Path, dest: Path) -> None:
                 inside = False
             elif not inside:
                 kept.append(line)
-        target = Path(dest) / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("".join(kept), encoding="utf-8")
 

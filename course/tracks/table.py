@@ -24,7 +24,7 @@ from typing import Any
 from course.errors import CourseError
 from course.paths import REPO
 
-__all__ = ["TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises", "find"]
+__all__ = ["TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises", "find", "graded_whole"]
 
 TRACKS = ("triton", "cuda", "metal")
 EXTENSIONS = {"triton": "py", "cuda": "cu", "metal": "metal"}
@@ -49,6 +49,9 @@ class KernelExercise:
     """The Python wrapper is the exercise (lesson 08's autograd.Function): graded as the learner wrote it.
     Otherwise the course launches the learner's kernels with its own wrapper
     (:mod:`course.tracks.triton_answer`)."""
+    wraps: tuple[str, ...] = ()
+    """Course kernel files a learner's wrapper calls (lesson 08 wraps lessons 06 and 07): the grader shows
+    them whole when it grades this lesson, where every other kernel file has its solutions removed."""
     options: dict[str, Any] = field(default_factory=dict)
     """What the track's launcher needs beyond the names (bound keyword arguments for Triton; launch
     layout, tile sizes, input dtype and the ``#define``s it reads for CUDA and Metal)."""
@@ -81,16 +84,16 @@ class KernelExercise:
         return f"python -m course run {self.lesson} --track {self.track}{variant}"
 
 
-def _t(lesson, step, function, variant="", shared_file=False, learner_wrapper=False, **options):
-    return KernelExercise(lesson, step, "triton", (function,), variant, shared_file, learner_wrapper, options)
+def _t(lesson, step, function, variant="", shared_file=False, learner_wrapper=False, wraps=(), **options):
+    return KernelExercise(lesson, step, "triton", (function,), variant, shared_file, learner_wrapper, wraps, options)
 
 
 def _c(lesson, step, kernels, variant="", **options):
-    return KernelExercise(lesson, step, "cuda", tuple(kernels.split()), variant, False, False, options)
+    return KernelExercise(lesson, step, "cuda", tuple(kernels.split()), variant, options=options)
 
 
 def _m(lesson, step, kernels, variant="", **options):
-    return KernelExercise(lesson, step, "metal", tuple(kernels.split()), variant, False, False, options)
+    return KernelExercise(lesson, step, "metal", tuple(kernels.split()), variant, options=options)
 
 
 _BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
@@ -128,10 +131,16 @@ EXERCISES: tuple[KernelExercise, ...] = (
     _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split"),
     _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES),
     _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES),
-    _t("08", "flash_attention", "flash_attention", learner_wrapper=True),
+    _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
+       wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py")),
 )
 
 _BY_ID = {e.id: e for e in EXERCISES}
+
+
+def graded_whole(lesson: str) -> tuple[str, ...]:
+    """Kernel files the grader shows with their solutions when it grades ``lesson`` (two digits)."""
+    return tuple(path for row in EXERCISES if row.lesson == lesson for path in row.wraps)
 
 
 def find(exercise_id: str) -> KernelExercise | None:

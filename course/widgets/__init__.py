@@ -9,8 +9,12 @@ nbgrader they return a placeholder instead (:class:`NotWhileGrading`). One modul
 - ``tiling``: one query tile's walk over the key tiles, and the bytes tiling saves (lesson 03);
 - ``memory``: lanes to sectors and banks, and one buffer against two on a load/compute timeline (lesson 04);
 - ``causal``: skipped, full and diagonal tiles of a causal mask, and the work of each program (lesson 06);
-- ``fragments``: which lane holds which element of a matrix fragment (lesson 05).
+- ``fragments``: which lane holds which element of a matrix fragment (lesson 05);
+- ``backward``: which programs add to which dQ rows in the two backward designs, and the bits that differ
+  between runs of the atomic one (lesson 07).
 """
+from course.widgets.backward import (BitDifferences, DqWriters, backward_explorer, bit_differences,
+                                     determinism_view, dq_writers)
 from course.widgets.base import NotWhileGrading
 from course.widgets.causal import CausalPicture, causal_explorer, causal_picture
 from course.widgets.costs import (ScoreMatrixCost, roofline_explorer, roofline_points, score_matrix_cost,
@@ -24,4 +28,5 @@ __all__ = ["NotWhileGrading", "ScoreMatrixCost", "score_matrix_cost", "score_mat
            "roofline_explorer", "OnlineSoftmaxStep", "online_softmax_trace", "online_softmax_explorer",
            "TilingStep", "tiling_trace", "hbm_bytes", "tiling_explorer", "memory_access_explorer",
            "pipeline_explorer", "fragment_explorer",
-           "CausalPicture", "causal_picture", "causal_explorer"]
+           "CausalPicture", "causal_picture", "causal_explorer", "DqWriters", "dq_writers", "backward_explorer",
+           "BitDifferences", "bit_differences", "determinism_view"]

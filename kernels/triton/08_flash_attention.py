@@ -46,6 +46,10 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
         raise TypeError(f"flash_attention: dtype {q.dtype} is not supported; use float16, bfloat16 or float32")
     if not (q.device == k.device == v.device):
         raise ValueError(f"flash_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and _interpreted():
+        # Seen with Triton 3.9: the interpreter's tl.dot on bfloat16 tiles returns garbage (numpy has no bfloat16).
+        raise TypeError("flash_attention: Triton's CPU interpreter computes tl.dot wrongly on bfloat16; use float16 "
+                        "or float32 on the CPU tier (bfloat16 runs on a GPU)")
     if q.device.type == "cpu" and not _interpreted():
         raise ValueError("flash_attention: the tensors are on the CPU, but Triton compiles for a GPU here; "
                          "move them to the GPU (q.cuda()) or run with TRITON_INTERPRET=1")
@@ -73,34 +77,44 @@ def _interpreted() -> bool:
 
 
 def _expand_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """K or V with its heads repeated so that head h serves query heads h·group .. h·group + group − 1."""
+    # BEGIN SOLUTION
     group = heads // t.shape[1]
     return t if group == 1 else t.repeat_interleave(group, dim=1)
+    # END SOLUTION
 
 
 def _sum_groups(grad: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """The gradient of an expanded K or V summed back onto its kv_heads heads."""
+    # BEGIN SOLUTION
     b, h, n, d = grad.shape
     return grad if h == kv_heads else grad.view(b, kv_heads, h // kv_heads, n, d).sum(dim=2)
+    # END SOLUTION
 
 
 class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        # BEGIN SOLUTION
         o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)
-        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.save_for_backward(q, k, v, o, lse)  # one float per query row besides the inputs and O: never P
         ctx.causal, ctx.scale = causal, scale
         # On a GPU the atomic dQ is the faster backward; the split dQ kernel gives the same bits every run.
         ctx.dq_mode = "split" if deterministic else "atomic"
+        # END SOLUTION
         return o
 
     @staticmethod
     def backward(ctx, do):
+        # BEGIN SOLUTION
         q, k, v, o, lse = ctx.saved_tensors
         heads, kv_heads = q.shape[1], k.shape[1]
         dq, dk, dv = _backward.attention_backward_bhnd(q, _expand_heads(k, heads), _expand_heads(v, heads), o, lse,
                                                        do.contiguous(), causal=ctx.causal, scale=ctx.scale,
                                                        dq_mode=ctx.dq_mode)
         return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads), None, None, None
+        # END SOLUTION
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

@@ -366,3 +366,21 @@ def test_without_the_sandbox_the_same_probes_succeed(plant: Plant, tmp_path: Pat
     assert plant.forbidden_writes[1].exists(), "wrote into the submitted folder"
     assert "TAMPERED with the gradebook" in said
     assert "CONNECTED" in said and plant.accepted_connection()
+
+
+def test_the_kernel_view_removes_solutions_except_the_files_a_lesson_wraps(tmp_path: Path) -> None:
+    """Grading lesson 08 shows lessons 06 and 07's Triton files whole (its operator calls them); every
+    other file, and every file when another lesson is graded, has its solution regions removed."""
+    from autograder.sandbox.bubblewrap import write_kernels_without_solutions
+    from course.tracks.table import graded_whole
+    whole = tuple(p.removeprefix("kernels/") for p in graded_whole("08"))
+    assert whole == ("triton/06_causal.py", "triton/07_backward.py") and graded_whole("06") == ()
+    for lesson, kept in (("08", whole), ("07", ())):
+        view = tmp_path / lesson
+        write_kernels_without_solutions(kernels_folder(), view, kept)
+        for name in ("triton/06_causal.py", "triton/07_backward.py", "triton/03_tiled.py", "cuda/07_backward_split.cu"):
+            text = (view / name).read_text()
+            if name in kept:
+                assert text == (kernels_folder() / name).read_text()
+            else:
+                assert "BEGIN SOLUTION" not in text and "(solution removed for grading)" in text, (lesson, name)

@@ -23,11 +23,12 @@ from nbclient import NotebookClient
 
 from autograder.kernel_polling import poll_shell_in_slices
 from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exercise_of, hint_problem, make_submission,
-                                      packs, student_notebook, track_groups)
+                                      packs, student_notebook, track_groups,
+                                      group_siblings, groups_touched)
 from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
 
 ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling", "04_double_buffering",
-               "05_matrix_units", "06_causal_masking"]
+               "05_matrix_units", "06_causal_masking", "07_backward_pass", "08_capstone"]
 PARSER_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
@@ -102,7 +103,7 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints:
         for wrong in entries:
             index, honest = by_id[wrong.cell]
             # The other tracks of a track group hold their stubs: a learner who studies this entry's track.
-            siblings = [c for c, g in groups.items() if g == groups.get(wrong.cell) and c != wrong.cell]
+            siblings = group_siblings(path, wrong.cell)
             for sibling in siblings:
                 client.execute_cell(nbformat.v4.new_code_cell(handed_out[sibling]), by_id[sibling][0])
             trial = nbformat.v4.new_code_cell(wrong.apply(honest.source))
@@ -181,9 +182,13 @@ def test_grader_takes_points_from_a_pack(repo, tmp_path, assignment):
         wrong_cells: dict[str, list] = {}
         for w in pack:
             wrong_cells.setdefault(exercise_key(w, groups), []).append(w)
+        # A cell that answers several steps (one kernel file for two) may cost each of them its points.
+        touched = groups_touched(solution, [w.cell for w in pack])
         for exercise in {exercise_of(c) for c in honest.cells}:
             own = {c: pts for c, pts in result.cells.items() if exercise_of(c) == exercise}
             full = sum(honest.cells[c] for c in own)
+            if exercise in touched and exercise not in wrong_cells:
+                continue
             if exercise in wrong_cells:
                 if sum(own.values()) >= full:
                     names = ", ".join(f"{w.student_id} ({w.mistake})" for w in wrong_cells[exercise])

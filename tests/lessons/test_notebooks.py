@@ -12,7 +12,7 @@ from autograder.kernel_polling import poll_shell_in_slices
 from course.tools.sync import sync_all
 
 LESSONS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling", "04_double_buffering",
-           "05_matrix_units", "06_causal_masking"]
+           "05_matrix_units", "06_causal_masking", "07_backward_pass"]
 
 
 def _solution(repo: Path, lesson: str) -> Path:

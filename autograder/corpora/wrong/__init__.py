@@ -13,11 +13,12 @@ import copy
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import nbformat
 
 __all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "packs", "make_submission", "exercise_of",
-           "track_groups", "exercise_key", "student_notebook",
+           "track_groups", "group_siblings", "groups_touched", "exercise_key", "student_notebook",
            "UNDECLARED", "hint_problem"]
 
 
@@ -121,14 +122,16 @@ class WrongKernel:
 
 
 def exercise_of(test_cell: str) -> str:
-    """Test cells are named test_<solution cell>[_hidden]."""
-    return re.sub(r"_hidden$", "", test_cell.removeprefix("test_"))
+    """Test cells are named test_<solution cell>[_hidden | _in_training] (lesson 08 also grades its operator
+    inside a training run)."""
+    return re.sub(r"_(hidden|in_training)$", "", test_cell.removeprefix("test_"))
 
 
 def corpus(assignment: str | None = None) -> list[WrongSolution]:
-    from autograder.corpora.wrong import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06
+    from autograder.corpora.wrong import (lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06,
+                                          lesson07, lesson08)
     entries = (lesson00.WRONG + lesson01.WRONG + lesson02.WRONG + lesson03.WRONG + lesson04.WRONG + lesson05.WRONG
-               + lesson06.WRONG)
+               + lesson06.WRONG + lesson07.WRONG + lesson08.WRONG)
     return [e for e in entries if assignment in (None, e.assignment)]
 
 
@@ -139,9 +142,36 @@ def track_groups(solution_notebook: Path) -> dict[str, str]:
     ``{"course": {"track_group": "naive_kernel"}}``, and one graded test (``test_naive_kernel``) that
     counts the learner's best track. Cells outside a group are their own exercise.
     """
+    return {cell: groups[0] for cell, groups in _cell_groups(solution_notebook).items()}
+
+
+def _cell_groups(solution_notebook: Path) -> dict[str, tuple[str, ...]]:
+    """Solution cell → every track group it answers. A cell holding a kernel file that serves several
+    steps (lesson 07's Triton file: the atomic and the split backward) lists them all; the first is the
+    one its wrong answers are graded on."""
     nb = nbformat.read(solution_notebook, as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["course"]["track_group"] for c in nb.cells
-            if c.metadata.get("course", {}).get("track_group") and c.metadata.get("nbgrader", {}).get("grade_id")}
+    out = {}
+    for c in nb.cells:
+        group, cell = c.metadata.get("course", {}).get("track_group"), c.metadata.get("nbgrader", {}).get("grade_id")
+        if group and cell:
+            out[cell] = (group,) if isinstance(group, str) else tuple(group)
+    return out
+
+
+def group_siblings(solution_notebook: Path, cell: str) -> list[str]:
+    """The other cells of ``cell``'s track group (its first one), including cells that answer that group
+    among others: a learner who studies one track leaves every other track's cell as handed out."""
+    groups = _cell_groups(solution_notebook)
+    if cell not in groups:
+        return []
+    group = groups[cell][0]
+    return [c for c, gs in groups.items() if group in gs and c != cell]
+
+
+def groups_touched(solution_notebook: Path, cells: Iterable[str]) -> set[str]:
+    """Every track group that one of ``cells`` answers (a multi-step cell touches each of its steps)."""
+    groups = _cell_groups(solution_notebook)
+    return {g for c in cells for g in groups.get(c, (c,))}
 
 
 def exercise_key(wrong: WrongSolution, groups: dict[str, str]) -> str:
@@ -173,7 +203,6 @@ def make_submission(solution_notebook: Path, *wrongs: WrongSolution) -> nbformat
     hands out (their stubs): the best-track test then grades only the wrong tracks.
     """
     nb = copy.deepcopy(nbformat.read(solution_notebook, as_version=4))
-    groups = track_groups(solution_notebook)
     if len({w.cell for w in wrongs}) != len(wrongs):
         raise ValueError("a submission can hold one wrong answer per solution cell")
     wrong_cells = {w.cell for w in wrongs}
@@ -184,7 +213,7 @@ def make_submission(solution_notebook: Path, *wrongs: WrongSolution) -> nbformat
         if cell is None or not cell.metadata["nbgrader"].get("solution"):
             raise ValueError(f"{wrong.student_id}: no solution cell {wrong.cell!r} in {solution_notebook}")
         cell.source = wrong.apply(cell.source)
-        siblings = [c for c, g in groups.items() if g == groups.get(wrong.cell) and c not in wrong_cells]
+        siblings = [c for c in group_siblings(solution_notebook, wrong.cell) if c not in wrong_cells]
         if siblings:
             if stubs is None:
                 handed_out = nbformat.read(student_notebook(solution_notebook), as_version=4)

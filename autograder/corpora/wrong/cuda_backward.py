@@ -23,6 +23,10 @@ class WrongCudaKernel(WrongKernel):
     def kind(self) -> str:
         return self.key
 
+    @property
+    def exercise(self) -> str:
+        return f"07.backward_{self.key}_cuda"
+
     def kernel_file(self) -> str:
         from course.tracks.cuda import BACKWARD_FILES as FILES
         return FILES[self.key]

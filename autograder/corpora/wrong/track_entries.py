@@ -18,17 +18,19 @@ def _corpus(track: str):
         return WRONG_KERNELS
     if track == "cuda":
         from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
-        return WRONG_CUDA_KERNELS
+        from autograder.corpora.wrong.cuda_backward import WRONG_KERNELS as BACKWARD
+        return WRONG_CUDA_KERNELS + BACKWARD
     from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
     return WRONG_METAL_KERNELS
 
 
 def kernel_answers(assignment: str, group: str, picks: dict[str, tuple[str, tuple[str, ...]]]) -> list[WrongSolution]:
     """For each track in ``picks`` (track → (exercise id, entry names)), those entries as wrong answers in the
-    cell ``<group>_<track>`` of ``assignment``."""
+    cell ``<group>_<track>`` of ``assignment`` (``group`` may name the cell of a kernel file that serves
+    several steps, as lesson 07's Triton file does)."""
     answers = []
     for track, (exercise, names) in picks.items():
-        found = {w.name: w for w in _corpus(track) if getattr(w, "exercise", getattr(w, "key", "")) == exercise}
+        found = {w.name: w for w in _corpus(track) if w.exercise == exercise}
         missing = [name for name in names if name not in found]
         if missing:
             raise ValueError(f"{assignment}: no entries {missing} for {exercise} in the {track} kernel corpus")
