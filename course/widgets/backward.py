@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from course.roofline import BACKWARD_MATMULS
 from course.widgets.base import interactive, show
 
 __all__ = ["DESIGNS", "GRADIENTS", "DqWriters", "dq_writers", "backward_explorer",
@@ -25,10 +26,9 @@ DESIGNS = ("atomic", "split")
 GRADIENTS = ("dq", "dk", "dv")
 LABELS = {"dq": "dQ", "dk": "dK", "dv": "dV"}
 
-# Matrix products per (query block, key block) pair. The dK/dV kernel does S = QKᵀ, dV += PᵀdO,
-# dP = dOVᵀ and dK += dSᵀQ; the atomic design adds dQ += dS K in the same loop (5). The split design's
-# dQ kernel has no P or dS of its own, so it recomputes S and dP before its dQ += dS K (4 + 3 = 7).
-MATMULS = {"atomic": 5, "split": 7}
+# Matrix products per (query block, key block) pair, counted once for the course in course.roofline:
+# 5 with dQ added in the dK/dV loop, 4 + 3 = 7 when a dQ kernel recomputes S and dP for itself.
+MATMULS = {design: BACKWARD_MATMULS[design] for design in DESIGNS}
 
 
 def _whole(name: str, value) -> int:
