@@ -13,7 +13,7 @@ from course.reference import causal_mask
 from course.widgets.backward import (BitDifferences, DqWriters, backward_explorer, bit_differences,
                                      determinism_view, dq_writers)
 from course.widgets.base import NotWhileGrading
-from widget_support import first_widget
+from widget_support import first_widget, move_first_slider
 
 # (n_q, n_k, block_m, block_n, causal, design), then the grid [query block][step], each dQ program's steps,
 # the atomic adds per head-dim column, the adds per row and the pairs. Counted by hand from
@@ -228,20 +228,9 @@ def test_while_grading_the_builders_draw_nothing(monkeypatch):
 
 
 def test_the_first_slider_redraws_the_plot_and_changes_the_text(monkeypatch, shown):
-    import ipywidgets as w
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    box = backward_explorer()
-    assert isinstance(box, w.VBox)
-    assert len(shown) == 1, "the widget draws once when it is built"
-    slider, text = first_widget(box, w.IntSlider), first_widget(box, w.HTML)
-    assert slider is not None and slider.description == "N_q" and not slider.continuous_update
-    assert first_widget(box, (w.IntSlider, w.FloatSlider, w.Dropdown, w.ToggleButtons, w.Checkbox)) is slider
-    before = text.value
-    assert "256 queries × 256 keys" in before
-    slider.value = slider.value + slider.step
-    assert len(shown) == 2 and text.value != before
-    for value in (slider.min, slider.max):  # both ends draw without error
-        slider.value = value
+    slider, _, before = move_first_slider(backward_explorer(), shown)
+    assert slider.description == "N_q" and "256 queries × 256 keys" in before
     assert len(shown) == 4
 
 

@@ -11,7 +11,7 @@ from course.causal import TileCounts
 from course.reference import causal_mask
 from course.widgets.base import NotWhileGrading
 from course.widgets.causal import CausalPicture, causal_explorer, causal_picture
-from widget_support import first_widget
+from widget_support import first_widget, move_first_slider
 
 S, F, D = "skipped", "full", "diagonal"
 
@@ -165,20 +165,9 @@ def test_while_grading_the_builder_draws_nothing(monkeypatch):
 
 
 def test_the_first_slider_redraws_the_plot_and_changes_the_text(monkeypatch, shown):
-    import ipywidgets as w
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    box = causal_explorer()
-    assert isinstance(box, w.VBox)
-    assert len(shown) == 1, "the widget draws once when it is built"
-    slider, text = first_widget(box, w.IntSlider), first_widget(box, w.HTML)
-    assert slider is not None and slider.description == "N_q" and not slider.continuous_update
-    assert first_widget(box, (w.IntSlider, w.FloatSlider, w.Dropdown, w.ToggleButtons)) is slider
-    before = text.value
-    assert "256 × 256" in before
-    slider.value = slider.value + slider.step
-    assert len(shown) == 2 and text.value != before
-    for value in (slider.min, slider.max):  # both ends draw without error
-        slider.value = value
+    slider, _, before = move_first_slider(causal_explorer(), shown)
+    assert slider.description == "N_q" and "256 × 256" in before
     assert len(shown) == 4
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from course.widgets import memory
 from course.widgets.base import NotWhileGrading
-from widget_support import first_widget
+from widget_support import first_widget, move_first_slider
 
 BUILDERS = [memory.memory_access_explorer, memory.pipeline_explorer]
 
@@ -26,19 +26,8 @@ def test_while_grading_the_builders_draw_nothing(builder, monkeypatch):
 
 @pytest.mark.parametrize("builder", BUILDERS)
 def test_the_first_slider_redraws_the_plot_and_changes_the_text(builder, monkeypatch, shown):
-    import ipywidgets as w
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    box = builder()
-    assert isinstance(box, w.VBox)
-    assert len(shown) == 1, "the widget draws once when it is built"
-    slider, text = first_widget(box, w.IntSlider), first_widget(box, w.HTML)
-    assert slider is not None and not slider.continuous_update
-    assert first_widget(box, (w.IntSlider, w.FloatSlider, w.Dropdown)) is slider, "the slider comes first"
-    before = text.value
-    slider.value = slider.value + 1 if slider.value < slider.max else slider.value - 1
-    assert len(shown) == 2 and text.value != before
-    for value in (slider.min, slider.max):  # both ends draw without error
-        slider.value = value
+    move_first_slider(builder(), shown)
 
 
 def test_the_memory_explorer_draws_its_other_cases(monkeypatch, shown):
