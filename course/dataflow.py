@@ -139,6 +139,15 @@ def _where(diagnosis: tuple[str, str, str, int] | None, names: dict[str, str]) -
     return f" (at {shown_path(path, names)}, line {line})"
 
 
+def _unfinished(exc: BaseException) -> bool:
+    seen, depth = exc, 0
+    while seen is not None and depth < 6:
+        if isinstance(seen, NotImplementedError):
+            return True
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
+    return False
+
+
 def _explain(exc: BaseException, operation: str, captured: str, names: dict[str, str]) -> str:
     """One paragraph for a failed launch: what the simulator found, where, and what it usually means."""
     chain, seen = [], exc
@@ -155,7 +164,7 @@ def _explain(exc: BaseException, operation: str, captured: str, names: dict[str,
                 "Usually a buffer is reserved or waited on more times than the other side pushes or pops: check "
                 "that every `reserve()` has a matching `wait()` in the kernel that consumes it, the same number of "
                 "times, and that every block is used inside its `with`.")
-    if any(isinstance(e, NotImplementedError) for e in chain):
+    if _unfinished(exc):
         return (f"{operation}: not implemented yet: a kernel still raises NotImplementedError{_where(diagnosis, names)}.\n"
                 "  hint: replace the `raise NotImplementedError()` line with your solution.")
     message = first.split("\n")[0]
@@ -225,7 +234,16 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
     except CheckFailed:
         raise
     except Exception as exc:  # noqa: BLE001 - the simulator's own errors are RuntimeError, ValueError, ...
-        raise CheckFailed(_explain(exc, name, captured.getvalue(), names or {})) from None
+        message = _explain(exc, name, captured.getvalue(), names or {})
+        if _unfinished(exc):  # a stub: checks say "not implemented yet", demonstration cells "not finished yet"
+            from course.answers import NotFinished
+            from course.tt_answer import original_function
+            shown = getattr(original_function(operation), "__name__", "the operation")
+            where = _where(_DIAGNOSES[-1] if _DIAGNOSES else None, names or {})
+            raise NotFinished(f"This cell runs `{shown}`, which is not finished yet (a kernel still raises "
+                              f"NotImplementedError{where}): complete that exercise, run its cell, then run this "
+                              "cell again.") from None
+        raise CheckFailed(message) from None
     finally:
         set_tracing(frozenset())
     events, buffers = _renamed([Event(e.tick, str(e.kernel or ""), e.event, dict(e.data))
@@ -241,6 +259,8 @@ def _named_buffers(made: list):
 
     def collect(buffer, *args, **kwargs):
         init(buffer, *args, **kwargs)
+        # The simulator labels a buffer with 16 bits of its id(), and two buffers of a run can share a label.
+        buffer._trace_name = f"dfb_{len(made):04d}"
         made.append(buffer)
     DataflowBuffer.__init__ = collect
     try:

@@ -28,7 +28,8 @@ WRONG = [
                   "adds P·V to the rescaled accumulator in one step: 3·D/32 tiles of DST, 12 at D = 128",
                   edits=((_ACC_TWO_STEPS, _ACC_ONE_STEP),), hint="store fewer tiles per step"),
     WrongSolution(_A, "one_core_attention", "sum-not-rescaled", "adds the new row sum without rescaling the old one",
-                  edits=(("alpha_blk * l_old + ttl.math.reduce_sum", "l_old + ttl.math.reduce_sum"),), hint=None),
+                  edits=(("alpha_blk * l_old + ttl.math.reduce_sum", "l_old + ttl.math.reduce_sum"),),
+                  hint="l is not rescaled"),
     # -- exercise 2: rows per step ------------------------------------------------------------------------
     WrongSolution(_A, "rows_per_step", "sync-modes-swapped", "gives half sync the 16 tiles of full sync",
                   edits=(("(16 if full_sync else 8)", "(8 if full_sync else 16)"),), hint="full sync"),
@@ -59,5 +60,5 @@ WRONG = [
                   edits=(("if causal and j == seen - 1:", "if causal:"),), hint=None),
     WrongSolution(_A, "grid_attention", "scores-unscaled", "forgets the 1/sqrt(D) scale of the scores",
                   edits=(("scores = q_blk @ ttl.block.transpose(k_blk) * ttl.block.fill(scale, shape=(1, 1))",
-                          "scores = q_blk @ ttl.block.transpose(k_blk)"),), hint=None),
+                          "scores = q_blk @ ttl.block.transpose(k_blk)"),), hint="without the scale"),
 ]
