@@ -224,7 +224,8 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
                 operation(*arguments)
             else:
                 from course.footprint import watch
-                _, seen = watch(operation, *arguments, max_elements=max_elements)
+                # No tracemalloc: a gated TT-Lang cell has no way to hoard plain Python data.
+                _, seen = watch(operation, *arguments, max_elements=max_elements, python_bytes=False)
                 if seen.largest > max_elements:
                     raise CheckFailed(
                         f"{name}: on {sizes} your operation built a PyTorch tensor "
