@@ -30,7 +30,7 @@ lab-instructor: setup
 	COURSE_TIER=$(TIER) $(PY) -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. notebooks/00_orientation/00_orientation.ipynb
 
 test: setup-test
-	$(PY) -m pytest -n 2 --durations=15
+	$(PY) -m pytest -n 2 --dist worksteal --durations=15
 
 # Everything but the notebook, grading and browser tests: a quick loop while editing.
 test-fast: setup-test

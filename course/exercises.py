@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from course import roofline, tiers
+from course import lesson09, roofline, tiers
 from course.engines import _call as learner_call
 from course.engines import (Mistake, Report, check_attention, check_backward, check_merge_states, check_softmax,
                             check_values, quiet, untouched_stub)
@@ -1004,6 +1004,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
              probe=_capstone_probe("autograd_probe")),
     Exercise("08.training", "Training a tiny model with flash_attention in place of PyTorch's attention", _training,
              probe=_capstone_probe("training_probe")),
+    Exercise("09.one_core_tt", "FlashAttention on one Tensix core: the online-softmax update in TT-Lang",
+             lambda fn, cases=None: lesson09.one_core(fn, cases), takes="tt operation"),
+    Exercise("09.rows_per_step", "The DST budget: rows of tiles per compute step", lesson09.rows_per_step),
+    Exercise("09.grid_assignment", "Query tiles to cores, balanced under a causal mask", lesson09.grid_assignment),
+    Exercise("09.grid_causal_tt", "FlashAttention on a grid of cores, causal, in TT-Lang",
+             lambda fn, cases=None: lesson09.grid_causal(fn, cases), takes="tt operation"),
 ]}
 
 

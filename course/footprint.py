@@ -72,20 +72,23 @@ class Footprint(TorchDispatchMode):
 
 
 def watch(fn: Callable[..., Any], *args: Any, max_elements: int | None = None, max_products: int | None = None,
-          **kwargs: Any) -> tuple[Any, Watched]:
+          python_bytes: bool = True, **kwargs: Any) -> tuple[Any, Watched]:
     """Call ``fn`` and return (its result, what it built). The caller's own tensors are not counted.
 
     The call is stopped (its result is then None) as soon as it calls a fused attention operator, returns
     a tensor of more than ``max_elements`` or makes more than ``max_products`` products: a learner whose
-    loop breaks the rule learns it at once, not after the whole slow run.
+    loop breaks the rule learns it at once, not after the whole slow run. ``python_bytes=False`` leaves
+    allocations outside PyTorch unmeasured (tracemalloc slows a Python-heavy call several times), for callers
+    whose learner code cannot reach plain Python data anyway (lesson 09's gated TT-Lang).
     """
     with Footprint():  # the first dispatch imports PyTorch's machinery for it: not the learner's bytes
         torch.zeros(2) @ torch.zeros(2)
-    was_tracing = tracemalloc.is_tracing()
-    if not was_tracing:
+    tracing = python_bytes and not tracemalloc.is_tracing()
+    if tracing:
         tracemalloc.start()
-    tracemalloc.reset_peak()
-    before = tracemalloc.get_traced_memory()[0]
+    if python_bytes:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
     mode = Footprint(max_elements, max_products)
     result = None
     try:
@@ -94,8 +97,9 @@ def watch(fn: Callable[..., Any], *args: Any, max_elements: int | None = None, m
                 result = fn(*args, **kwargs)
         except _Enough:
             pass
-        mode.seen.outside_torch_bytes = max(0, tracemalloc.get_traced_memory()[1] - before)
+        if python_bytes:
+            mode.seen.outside_torch_bytes = max(0, tracemalloc.get_traced_memory()[1] - before)
     finally:
-        if not was_tracing:
+        if tracing:
             tracemalloc.stop()
     return result, mode.seen

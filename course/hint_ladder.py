@@ -284,6 +284,35 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "Check the backward's causal flag and scale (ctx.causal, ctx.scale), and that dK and dV are summed over "
             "each group of query heads, not taken from one of them.",
             cell="08_capstone/flash_attention_triton"),
+    _ladder("09.one_core_tt",
+            "Follow the formulas above in order: first the new maximum, then what depends on it. Which values need "
+            "the old m, and which the new one?",
+            "m_new = max(m_old, rowmax(S)) with ttl.math.max and ttl.math.reduce_max(s, dims=[-1], shape=(1, 1)); "
+            "alpha = exp(m_old - m_new); P = exp(S - m_new broadcast across the columns). Store each into its buffer.",
+            "In a second step wait on p_buf and alpha_buf: l_new = alpha * l_old + reduce_sum(P), and "
+            "acc_new = acc_old * broadcast(alpha, dims=[-1], shape=(1, d_tiles)) + P @ V. Wait on the old value and "
+            "reserve the new one of the same buffer (it has two slots).",
+            cell="09_dataflow/one_core_attention"),
+    _ladder("09.rows_per_step",
+            "How many tiles does DST hold in each mode, and how many does one row of tiles of a step need?",
+            "16-bit data: 16 tiles in full sync, 8 in half sync; 32-bit data: half of those. One row of tiles costs "
+            "operands × block_cols tiles.",
+            "capacity // (operands * block_cols), with capacity = (16 if full_sync else 8) // (dtype_bits // 16).",
+            cell="09_dataflow/rows_per_step"),
+    _ladder("09.grid_assignment",
+            "With a causal mask, which query tiles cost the most, and what happens to the core that gets them all?",
+            "Tile i costs key_tiles_seen(i, ...) steps: the last tiles cost the most, so contiguous runs overload the "
+            "last core. Think of packing the most expensive items first.",
+            "Sort the tiles by cost, most expensive first, and give each to the core whose work so far is smallest "
+            "(keep a running total per core).",
+            cell="09_dataflow/assign_query_tiles"),
+    _ladder("09.grid_causal_tt",
+            "Which key tile of query tile i holds its diagonal, and what must happen to the scores above it?",
+            "The last key tile the loop visits (j == seen - 1) is the diagonal one; add the bias tile to its scores "
+            "so the keys after each row's own get -1e30 and vanish in exp.",
+            "Compute the scaled scores; when causal and j == seen - 1, wait on bias_buf and store scores + bias_blk, "
+            "otherwise store the scores. The reader sends the bias only when causal, so wait for it only then.",
+            cell="09_dataflow/grid_attention"),
     _ladder("03.tiled_triton", *_TILED,
             "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
             "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "

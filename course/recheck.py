@@ -13,6 +13,8 @@ learner's notebook, and the grade of each test cell is what this pass finds. ``J
     before the course's own wrapper launches them (:mod:`course.tracks.triton_answer`);
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
     host calls) and launched by the course's own launcher;
+  - ``tt`` cells (TT-Lang, lesson 09) must pass :func:`course.tt_answer.gate` and are run with a few safe
+    built-ins and nothing else (:func:`course.tt_answer.build`);
 - ``tests``: the instructor's test cells, hidden tests included, run as written.
 
 ``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``.
@@ -90,6 +92,21 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
     return bound
 
 
+def _tt_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """The names a TT-Lang cell defines, built again from its text behind the gate, or the reason it failed."""
+    from course.answers import FailedCell
+    from course.errors import CheckFailed
+    from course.tt_answer import build
+    if answer.get("source") is None:
+        return {name: _missing(answer | {"names": [name]}) for name in answer["names"]}
+    try:
+        built = build(answer["source"], f"your cell {answer['cell']!r}", "this exercise", setup, earlier)
+    except CheckFailed as exc:
+        return {name: FailedCell(name, str(exc).replace("this exercise: ", "", 1)) for name in answer["names"]}
+    return {name: built[name] if name in built else FailedCell(name, f"your cell {answer['cell']!r} does not define {name}")
+            for name in answer["names"]}
+
+
 def _namespace(job: dict) -> dict[str, Any]:
     import course
     from course.recording import Replay
@@ -101,6 +118,7 @@ def _namespace(job: dict) -> dict[str, Any]:
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(cell, "<setup>", "exec"), namespace)
     recordings = job.get("recordings", {})
+    tt_names: dict[str, Any] = {}  # what earlier TT-Lang cells defined: a later cell of the lesson calls it
     for answer in job.get("answers", []):
         kind = answer["kind"]
         if kind == "python":
@@ -108,6 +126,10 @@ def _namespace(job: dict) -> dict[str, Any]:
                 namespace[name] = Replay(name, recordings)
         elif kind == "triton":
             namespace.update(_triton_functions(answer))
+        elif kind == "tt":
+            built = _tt_functions(answer, namespace, tt_names)
+            tt_names.update(built)
+            namespace.update(built)
         else:
             namespace[answer["names"][0]] = _kernel_module(answer)
     return namespace

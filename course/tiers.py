@@ -7,6 +7,8 @@ before a ``@triton.jit`` function is defined, which is why notebooks import ``co
 """
 from __future__ import annotations
 
+import sys
+
 import importlib.util
 import os
 import shutil
@@ -115,7 +117,30 @@ def detect_tiers() -> list[Tier]:
         Tier("nvcc compile gate", nvcc is not None, nvcc or "needs the CUDA toolkit's nvcc on PATH"),
         Tier("CUDA GPU", gpu is not None, gpu or "no CUDA device visible to PyTorch"),
         Tier("Apple Metal GPU", metal_ok, metal_detail),
+        Tier("Tenstorrent TT-Lang simulator (lesson 09)", *_tt_simulator()),
     ]
+
+
+def _tt_simulator() -> tuple[bool, str]:
+    """Lesson 09's simulator: installed at the version the lesson is written for, or what it needs."""
+    from course.dataflow import SIMULATOR_VERSION
+    found = _distribution_version("tt-lang-sim")
+    if found == SIMULATOR_VERSION:
+        return True, f"tt-lang-sim {found}: runs @ttl.operation programs on a simulated grid of Tensix cores"
+    if found:
+        return False, (f"tt-lang-sim {found} is installed; lesson 09 is written for {SIMULATOR_VERSION}: "
+                       f"pip install tt-lang-sim=={SIMULATOR_VERSION}")
+    if sys.version_info < (3, 11):
+        return False, "needs Python 3.11 or newer (tt-lang-sim); lesson 09 only, the rest of the course runs"
+    return False, f"needs tt-lang-sim=={SIMULATOR_VERSION} (make lab installs it); lesson 09 only"
+
+
+def _distribution_version(name: str) -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def report() -> str:

@@ -24,6 +24,15 @@ def naive_module():
     return load_triton_module("triton/01_naive")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Whole notebooks, grading pipelines and browser runs first, the many quick tests after them.
+
+    The suite runs on two workers that steal work from each other (`make test`: --dist worksteal); a worker
+    can only steal tests not yet started, so a minute-long test that starts last keeps the other worker
+    idle for that minute. Starting the long ones first leaves quick tests to even out the end."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") or item.get_closest_marker("browser") else 1)
+
+
 # ------------------------------------------------------------------------------------------------
 # Per-lesson time budget, reported at the end of every run
 #

@@ -106,6 +106,9 @@ def answer_cells(source_nb: dict) -> list[dict]:
         magic = str(course.get("magic", ""))
         if magic.startswith(("%%cuda ", "%%metal ")):
             kind, names, kernel_file = magic[2:].split()[0], [magic.split()[1]], None
+        elif str(course.get("source", "")).startswith("kernels/tt/"):
+            # TT-Lang (lesson 09): the cell is built again, gated, where the grade is decided (course.tt_answer).
+            kind, names, kernel_file = "tt", _defined_names(text), None
         elif str(course.get("source", "")).startswith("kernels/triton/") and not _learner_wrapper(course["source"]):
             # ``course.source`` may name the function too (``kernels/triton/02_online_softmax.py#merge``).
             kind, names, kernel_file = "triton", _wrapper_names(text), str(course["source"]).partition("#")[0]

@@ -19,6 +19,8 @@ from course.widgets.base import NotWhileGrading
 from course.widgets.causal import CausalPicture, causal_explorer, causal_picture
 from course.widgets.costs import (ScoreMatrixCost, roofline_explorer, roofline_points, score_matrix_cost,
                                   score_matrix_explorer)
+from course.widgets.dataflow import CoreLoad, core_grid, core_load, dataflow_timeline, timeline_data
+from course.widgets.dst import BlockStep, block_step, dst_explorer, largest_fitting_rows
 from course.widgets.fragments import fragment_explorer
 from course.widgets.memory import memory_access_explorer, pipeline_explorer
 from course.widgets.online_softmax import OnlineSoftmaxStep, online_softmax_explorer, online_softmax_trace
@@ -29,4 +31,6 @@ __all__ = ["NotWhileGrading", "ScoreMatrixCost", "score_matrix_cost", "score_mat
            "TilingStep", "tiling_trace", "hbm_bytes", "tiling_explorer", "memory_access_explorer",
            "pipeline_explorer", "fragment_explorer",
            "CausalPicture", "causal_picture", "causal_explorer", "DqWriters", "dq_writers", "backward_explorer",
-           "BitDifferences", "bit_differences", "determinism_view"]
+           "BitDifferences", "bit_differences", "determinism_view",
+           "timeline_data", "dataflow_timeline", "CoreLoad", "core_load", "core_grid",
+           "BlockStep", "block_step", "largest_fitting_rows", "dst_explorer"]

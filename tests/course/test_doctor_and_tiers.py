@@ -14,7 +14,7 @@ def test_doctor_lists_every_tier(repo):
     out = subprocess.run([sys.executable, "-m", "course", "doctor"], capture_output=True, text=True, cwd=repo, timeout=120)
     assert out.returncode == 0, out.stderr
     for name in ("Triton interpreter", "Triton native", "CUDA C on the CPU runtime", "nvcc compile gate",
-                 "CUDA GPU", "Apple Metal GPU"):
+                 "CUDA GPU", "Apple Metal GPU", "Tenstorrent TT-Lang simulator"):
         assert name in out.stdout
     assert "graded on" in out.stdout
 

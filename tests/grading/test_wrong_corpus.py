@@ -28,7 +28,8 @@ from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exerc
 from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
 
 ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling", "04_double_buffering",
-               "05_matrix_units", "06_causal_masking", "07_backward_pass", "08_capstone"]
+               "05_matrix_units", "06_causal_masking", "07_backward_pass", "08_capstone",
+               "09_dataflow"]
 PARSER_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 

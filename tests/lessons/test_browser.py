@@ -31,11 +31,12 @@ LESSON01 = REPO / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb
 STUDENT = {lesson: REPO / "notebooks" / lesson / f"{lesson}.ipynb"
            for lesson in ("00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling",
                                                  "04_double_buffering", "05_matrix_units",
-                                                 "06_causal_masking", "07_backward_pass", "08_capstone")}
+                                                 "06_causal_masking", "07_backward_pass", "08_capstone",
+                                                 "09_dataflow")}
 # Lessons whose browser test moves each widget and keeps a screenshot of the student notebook (lesson 01's
 # solution notebook has a test of its own).
 MOVED = {"03_tiling", "04_double_buffering", "05_matrix_units", "06_causal_masking", "07_backward_pass",
-         "08_capstone"}
+         "08_capstone", "09_dataflow"}
 RUN_ALL_TIMEOUT_S = 150  # the notebook needs ~20 s of Triton interpreter; the rest is headroom
 
 

@@ -129,9 +129,9 @@ def exercise_of(test_cell: str) -> str:
 
 def corpus(assignment: str | None = None) -> list[WrongSolution]:
     from autograder.corpora.wrong import (lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06,
-                                          lesson07, lesson08)
+                                          lesson07, lesson08, lesson09)
     entries = (lesson00.WRONG + lesson01.WRONG + lesson02.WRONG + lesson03.WRONG + lesson04.WRONG + lesson05.WRONG
-               + lesson06.WRONG + lesson07.WRONG + lesson08.WRONG)
+               + lesson06.WRONG + lesson07.WRONG + lesson08.WRONG + lesson09.WRONG)
     return [e for e in entries if assignment in (None, e.assignment)]
 
 
