@@ -20,13 +20,15 @@ import contextlib
 import io
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from course.answers import NotFinished
 from course.errors import CheckFailed, CourseError
 
-__all__ = ["SIMULATOR_VERSION", "TILE", "Run", "available", "simulator", "run", "launch", "variant", "upload", "download", "causal_bias_tile",
+__all__ = ["SIMULATOR_VERSION", "TILE", "Run", "Unfinished", "available", "simulator", "run", "launch", "variant", "upload", "download", "causal_bias_tile",
            "Event"]
 
 SIMULATOR_VERSION = "1.1.6"
@@ -63,6 +65,17 @@ class Run:
     """The DST census of the compute kernels (:class:`course.dst.Census`)."""
     buffers: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Each dataflow buffer, by the name the kernel gave it: (blocks, tiles per block)."""
+
+
+class Unfinished(NotFinished):
+    """A kernel still raises NotImplementedError: a demonstration cell says "not finished yet", a check
+    "not implemented yet". ``where`` is " (at your cell, line N)", or empty when the simulator did not say."""
+
+    def __init__(self, operation: str, where: str):
+        self.operation, self.where = operation, where
+        super().__init__(f"This cell runs `{operation}`, which is not finished yet (a kernel still raises "
+                         f"NotImplementedError{where}): complete that exercise, run its cell, then run this cell "
+                         "again.")
 
 
 _MODULES: tuple[Any, Any] | None = None
@@ -127,7 +140,7 @@ def shown_path(path: str, names: dict[str, str] | None = None) -> str:
         return "your cell"
     from course.paths import REPO
     try:
-        return str(__import__("pathlib").Path(path).resolve().relative_to(REPO))
+        return str(Path(path).resolve().relative_to(REPO))
     except ValueError:
         return path
 
@@ -139,21 +152,18 @@ def _where(diagnosis: tuple[str, str, str, int] | None, names: dict[str, str]) -
     return f" (at {shown_path(path, names)}, line {line})"
 
 
-def _unfinished(exc: BaseException) -> bool:
-    seen, depth = exc, 0
-    while seen is not None and depth < 6:
-        if isinstance(seen, NotImplementedError):
-            return True
-        seen, depth = seen.__cause__ or seen.__context__, depth + 1
-    return False
-
-
-def _explain(exc: BaseException, operation: str, captured: str, names: dict[str, str]) -> str:
-    """One paragraph for a failed launch: what the simulator found, where, and what it usually means."""
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what it was raised from or during: the simulator wraps a kernel's error twice."""
     chain, seen = [], exc
     while seen is not None and len(chain) < 6:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def _explain(exc: BaseException, operation: str, captured: str, names: dict[str, str]) -> str:
+    """One paragraph for a failed launch: what the simulator found, where, and what it usually means."""
+    chain = _chain(exc)
     texts = [str(e) for e in chain if not isinstance(e, FileNotFoundError)]
     first = next((t for t in texts if t), type(exc).__name__)
     diagnosis = _DIAGNOSES[-1] if _DIAGNOSES else None
@@ -164,9 +174,6 @@ def _explain(exc: BaseException, operation: str, captured: str, names: dict[str,
                 "Usually a buffer is reserved or waited on more times than the other side pushes or pops: check "
                 "that every `reserve()` has a matching `wait()` in the kernel that consumes it, the same number of "
                 "times, and that every block is used inside its `with`.")
-    if _unfinished(exc):
-        return (f"{operation}: not implemented yet: a kernel still raises NotImplementedError{_where(diagnosis, names)}.\n"
-                "  hint: replace the `raise NotImplementedError()` line with your solution.")
     message = first.split("\n")[0]
     detail = next((line.strip() for t in texts for line in t.splitlines()[1:] if line.strip().startswith("Next:")), "")
     return (f"{operation}: the simulator stopped it: {message}{_where(diagnosis, names)}"
@@ -235,15 +242,11 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
     except CheckFailed:
         raise
     except Exception as exc:  # noqa: BLE001 - the simulator's own errors are RuntimeError, ValueError, ...
-        message = _explain(exc, name, captured.getvalue(), names or {})
-        if _unfinished(exc):  # a stub: checks say "not implemented yet", demonstration cells "not finished yet"
-            from course.answers import NotFinished
+        if any(isinstance(e, NotImplementedError) for e in _chain(exc)):  # a stub in a kernel
             from course.tt_answer import original_function
-            shown = getattr(original_function(operation), "__name__", "the operation")
-            where = _where(_DIAGNOSES[-1] if _DIAGNOSES else None, names or {})
-            raise NotFinished(f"This cell runs `{shown}`, which is not finished yet (a kernel still raises "
-                              f"NotImplementedError{where}): complete that exercise, run its cell, then run this "
-                              "cell again.") from None
+            raise Unfinished(getattr(original_function(operation), "__name__", "the operation"),
+                             _where(_DIAGNOSES[-1] if _DIAGNOSES else None, names or {})) from None
+        message = _explain(exc, name, captured.getvalue(), names or {})
         raise CheckFailed(message) from None
     finally:
         set_tracing(frozenset())
@@ -309,12 +312,3 @@ def _grid_of(operation: Any) -> tuple[int, int]:
     if isinstance(grid, tuple) and len(grid) == 2:
         return int(grid[0]), int(grid[1])
     return (0, 0)
-
-
-def attention_on_tiles(operation: Callable[..., Any], name: str = "your operation", names: dict | None = None):
-    """``fn(q, k, v[, causal=...]) -> (o, lse)``: the operation as the course's checks call an attention function."""
-    def fn(q, k, v, causal=None):
-        result = run(operation, q, k, v, causal=causal, name=name, names=names)
-        return result.o, result.lse
-    fn.__name__ = getattr(operation, "__name__", "operation")
-    return fn
