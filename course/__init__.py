@@ -12,7 +12,7 @@ from course import tiers
 
 tiers.configure()  # must run before any @triton.jit function is defined
 
-from course import reference, roofline  # noqa: E402
+from course import counters, reference, roofline  # noqa: E402
 from course.errors import CheckFailed, CourseError  # noqa: E402
 from course.exercises import EXERCISES, check  # noqa: E402
 from course.hint_ladder import hint, reveal  # noqa: E402
@@ -38,5 +38,5 @@ def _register_magics() -> None:
 _register_magics()
 
 __all__ = ["check", "check_tracks", "hint", "reveal", "EXERCISES", "CheckFailed", "CourseError", "Case", "make_qkv", "standard_cases",
-           "attention", "attention_backward", "reference", "roofline", "tiers"]
+           "attention", "attention_backward", "counters", "reference", "roofline", "tiers"]
 __version__ = "0.1.0"

@@ -1016,8 +1016,12 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
 def check(exercise: str, candidate: Any, **options: Any) -> Report:
     """Check ``candidate`` for ``exercise`` (an id such as ``"01.attention_torch"``); print and return a Report.
 
-    Raises CheckFailed (shown in Jupyter as a short diagnosis) when the answer is wrong.
+    Raises CheckFailed (shown in Jupyter as a short diagnosis) when the answer is wrong. ``kernel=``, for a
+    traffic-counting exercise (course.counters.MEASURED_EXERCISES), also runs that kernel (a %%cuda /
+    %%metal module, or a function launching Triton kernels) in counters mode and requires the learner's
+    formula to give the bytes it was measured to move.
     """
+    measured_with = options.pop("kernel", None)
     if exercise not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
@@ -1062,10 +1066,15 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
                 report = run_isolated(lambda: chosen.run(graded, **options), exercise)
             else:
                 report = chosen.run(graded, **options)
+            if measured_with is not None:
+                from course.counters import check_measured
+                agreed = check_measured(exercise, graded, measured_with)
     finally:
         if recorder is not None:
             emit(recorder)
     print(report)
+    if measured_with is not None:
+        print(agreed)
     return report
 
 

@@ -84,6 +84,8 @@ class _Launch:
     # One entry per memory operation: (program, its linear index, kind, line, byte addresses, element bytes).
     ops: list[tuple[tuple[int, int, int], int, str, int, np.ndarray, int]] = field(default_factory=list)
     fault: OutOfBounds | None = None
+    grid: tuple[int, int, int] = (1, 1, 1)
+    constants: dict[str, Any] = field(default_factory=dict)  # keyword arguments that are plain numbers
 
 
 _active: list[_Launch] = []
@@ -320,9 +322,10 @@ def _explain(launch: _Launch, address: int, first_op: int, second_op: int, verb:
 # -- the interception ---------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def interpreter_checks(written: Written | None = None) -> Iterator[None]:
+def interpreter_checks(written: Written | None = None, launches: list | None = None) -> Iterator[None]:
     """Check every interpreted launch inside the block: OutOfBounds before a stray access runs, RaceError
-    after a launch whose programs race; with ``written``, also note which bytes the launches stored."""
+    after a launch whose programs race; with ``written``, also note which bytes the launches stored; with
+    ``launches``, append each checked launch's record (its accesses, for course.counters)."""
     from triton.runtime import interpreter
 
     builder_cls, executor_cls = interpreter.InterpreterBuilder, interpreter.GridExecutor
@@ -357,6 +360,7 @@ def interpreter_checks(written: Written | None = None) -> Iterator[None]:
                 storage = caller.untyped_storage()
                 launch.storages[(storage.data_ptr(), storage.nbytes())] = host.untyped_storage().data_ptr()
         launch.starts, launch.ends = _merge([_span(t) for _, t in launch.buffers])
+        launch.constants = {k: v for k, v in kwargs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return args_hst, kwargs_hst
 
     def call(self, *args, **kwargs):
@@ -379,6 +383,9 @@ def interpreter_checks(written: Written | None = None) -> Iterator[None]:
             raise RaceError(problem)
         if written is not None:
             written._add(launch)
+        if launches is not None:
+            launch.grid = tuple(int(g) for g in interpreter.interpreter_builder.grid_dim)
+            launches.append(launch)
         return result
 
     builder_cls.create_masked_load, builder_cls.create_masked_store = masked_load, masked_store

@@ -11,7 +11,9 @@ Each launch runs in a forked child process: a crashing or endless kernel costs t
 Checking modes (``check=``): ``"memcheck"`` (every global and shared access is bounds-checked, and
 misaligned vector accesses and writes through const pointers are caught), ``"racecheck"`` (two threads
 of a block touching one address with no barrier between, or two blocks with no atomic). Barrier
-mismatches and deadlocks are always reported (synccheck). ``schedule="random"`` runs threads and
+mismatches and deadlocks are always reported (synccheck). ``"counters"`` measures the launch's memory
+traffic in Nsight Compute's terms (requests, 32-byte sectors, shared-memory wavefronts and bank
+conflicts, barriers, atomics; ``LaunchResult.counters``, docs/counters.md). ``schedule="random"`` runs threads and
 blocks in a seeded random order (and, in checked builds, also switches threads between memory
 accesses), so a kernel that depends on an order nobody guarantees gives wrong answers here too.
 """
@@ -34,9 +36,11 @@ from .errors import CourseError, quote_lines
 from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
-__all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS"]
+__all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS",
+           "collect_counters"]
 
-CHECKS = ("memcheck", "racecheck")
+CHECKS = ("memcheck", "racecheck", "counters")
+COUNTER_PATTERNS = 1 << 16  # distinct warp access patterns one counters launch can report
 PRINTF_LIMIT = 1 << 20  # CUDA's default printf FIFO is 1 MiB too
 
 
@@ -51,6 +55,24 @@ class LaunchResult:
     printf: str          # what the kernel printed
     seconds: float       # time the grid took in the child (not counting fork and copies)
     blocks: int
+    counters: Any = None  # with check="counters": a course.simt.counters.KernelCounters
+
+
+# Launches inside ``collect_counters()`` run in counters mode and add their counters to its list.
+_collectors: list[list] = []
+
+
+class collect_counters:
+    """``with collect_counters() as launches: ...``: every launch of the CPU runtime inside the block runs in
+    counters mode too, and ``launches`` receives each one's KernelCounters, in order."""
+
+    def __enter__(self) -> list:
+        self.launches: list = []
+        _collectors.append(self.launches)
+        return self.launches
+
+    def __exit__(self, *exc) -> None:
+        _collectors.remove(self.launches)
 
 
 # --- ctypes mirror of SimtLaunchSpec (runtime.cpp) ---
@@ -71,7 +93,8 @@ class _Spec(ctypes.Structure):
                 ("memcheck", ctypes.c_int32), ("racecheck", ctypes.c_int32),
                 ("random_schedule", ctypes.c_int32), ("workers", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("preempt_one_in", ctypes.c_uint32),
-                ("printf_limit", ctypes.c_uint64), ("is_metal", ctypes.c_int32)]
+                ("printf_limit", ctypes.c_uint64), ("is_metal", ctypes.c_int32),
+                ("counters", ctypes.c_int32), ("counters_capacity", ctypes.c_uint64)]
 
 
 _NUMPY_CODE = {"f4": np.float32, "f8": np.float64, "h2": np.float16, "i1": np.int8, "i2": np.int16,
@@ -143,6 +166,8 @@ class _Library:
         d.simt_elapsed_ns.argtypes = [ctypes.c_void_p]
         d.simt_blocks_done.restype = ctypes.c_uint32
         d.simt_blocks_done.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+        d.simt_counters.restype = ctypes.c_void_p
+        d.simt_counters.argtypes = [ctypes.c_void_p]
         d.simt_release.argtypes = [ctypes.c_void_p]
 
     def entry(self, name: str) -> int:
@@ -330,6 +355,8 @@ class RawKernel:
                  schedule: str = "sequential", seed: int = 0, timeout: float = 60.0,
                  workers: int | None = None, quiet: bool = False) -> LaunchResult:
         checks = {check} if isinstance(check, str) else set(check)
+        if _collectors:
+            checks.add("counters")
         if checks - set(CHECKS):
             raise KernelLaunchError(f"unknown check {sorted(checks - set(CHECKS))}; choose from {CHECKS}")
         if schedule not in ("sequential", "random"):
@@ -383,9 +410,16 @@ class RawKernel:
         spec.preempt_one_in = 8
         spec.printf_limit = PRINTF_LIMIT
         spec.is_metal = int(lang == "metal")
-        return self._run(lib, spec, g, timeout, quiet)
+        spec.counters = int("counters" in checks)
+        spec.counters_capacity = COUNTER_PATTERNS if spec.counters else 0
+        names = [self.decl.params[pos].name for pos in self._argument_params() if codes[pos].startswith("p")]
+        result = self._run(lib, spec, g, timeout, quiet, names)
+        for launches in _collectors:
+            launches.append(result.counters)
+        return result
 
-    def _run(self, lib: _Library, spec: _Spec, grid: tuple[int, int, int], timeout: float, quiet: bool) -> LaunchResult:
+    def _run(self, lib: _Library, spec: _Spec, grid: tuple[int, int, int], timeout: float, quiet: bool,
+             buffer_names: Sequence[str] = ()) -> LaunchResult:
         handle = lib.dll.simt_prepare(ctypes.byref(spec))
         if not handle:
             raise KernelLaunchError("could not reserve memory for the launch's buffers")
@@ -406,7 +440,14 @@ class RawKernel:
                     sys.stdout.write(printed)
                     sys.stdout.flush()
                 if status == 1:
-                    return LaunchResult(printf=printed, seconds=lib.dll.simt_elapsed_ns(handle) / 1e9, blocks=blocks)
+                    counters = None
+                    if spec.counters:
+                        from .counters import read_counters
+                        counters = read_counters(lib, handle, self, spec, buffer_names)
+                    seconds = lib.dll.simt_elapsed_ns(handle) / 1e9
+                    if counters is not None:
+                        counters.seconds = seconds
+                    return LaunchResult(printf=printed, seconds=seconds, blocks=blocks, counters=counters)
                 if status == 2:
                     message = lib.symbolize(lib.dll.simt_error(handle).decode(errors="replace"),
                                             self.module.display_path)

@@ -74,6 +74,11 @@ void kernel_return(int line);
 enum Access : int { kRead = 0, kWrite = 1, kAtomic = 2 };
 void note_access(const void *addr, size_t bytes, int access, const void *pc);
 
+// Counters mode (check="counters"): a copy of a vector type (float4, Metal's float4, ...) is one access
+// of `bytes` bytes at `src` and at `dst`, as on a GPU, rather than the scalar accesses g++ makes of it.
+// The front ends' vector types call it in checked builds; its return address names the kernel's line.
+void note_vector(const void *dst, const void *src, size_t bytes);
+
 // Stop the launch with a message. `pc` (may be null) is a return address in the kernel; the
 // report names its source line. Usable from kernel code and from a WarpCompute.
 [[noreturn]] void fail(const void *pc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -14,7 +14,10 @@
 // (synccheck). Builds with -fsanitize=thread call the __tsan_* hooks below on every memory access of
 // the kernel: those implement memcheck (bounds, alignment, const) and racecheck (two threads touching
 // one address with no barrier between, or two blocks with no atomic), and let random schedules switch
-// threads at memory accesses.
+// threads at memory accesses. With check="counters" the same hooks also feed the counters: each
+// access is grouped with the accesses of the other lanes of its warp at the same instruction, and the
+// warp accesses are tallied as patterns, which course/counters.py costs with course/memory_model.py
+// (docs/counters.md).
 #include <csetjmp>
 #include <csignal>
 #include <cstdarg>
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -167,6 +171,32 @@ struct SimtLaunchSpec {
     uint32_t preempt_one_in;      // random schedule in checked builds: switch thread at ~1 in N accesses
     uint64_t printf_limit;
     int32_t is_metal;
+    int32_t counters;             // check="counters": tally warp accesses (checked builds)
+    uint64_t counters_capacity;   // distinct access patterns the report can hold
+};
+// What counters mode reports (in memory shared with the child). Every access of the kernel is grouped
+// with the accesses of the other lanes of its warp at the same instruction (the k-th time each lane
+// executes it since the warp last met); each such warp access is reduced to a pattern (its lanes'
+// byte offsets from a 128-byte boundary, its width, kind and buffer), and equal patterns are counted
+// once with a multiplicity. Python (course/counters.py) turns patterns into sectors and banks.
+struct SimtCounterHeader {
+    uint64_t capacity;         // patterns the report holds
+    uint64_t patterns;         // patterns written
+    uint64_t dropped;          // warp accesses not recorded because the report was full
+    uint64_t barriers;         // block-wide barriers completed, summed over blocks
+    uint64_t barrier_warps;    // the same, counting each warp that took part (warp-level instructions)
+    uint64_t warp_collectives; // shuffles, votes, __syncwarp and matrix operations completed, per warp
+};
+struct SimtPattern {
+    uint64_t pc;               // the access's return address in the module, as an offset (for addr2line)
+    uint64_t count;            // warp accesses with exactly this pattern
+    uint32_t mask;             // lanes taking part
+    int32_t buffer;            // index of the buffer (global memory); -1 shared memory, -2 module variables
+    uint8_t kind;              // 0 read, 1 write, 2 atomic
+    uint8_t width;             // bytes per lane
+    uint16_t piece;            // which aligned piece of a wider access (0 for most)
+    uint32_t reserved;
+    uint64_t offsets[32];      // lane l's byte address minus the 128-byte boundary at or below the lowest
 };
 // Generated per module when the source declares `extern __shared__` arrays: their addresses in the
 // calling OS thread (each is thread_local, so one copy per worker).
@@ -208,6 +238,8 @@ struct Launch {
     std::vector<std::string> buffer_names;
     Dl_info module{};                       // for turning addresses into module offsets
     int stdout_fd = -1;                     // the child's stdout/stderr, for crash reports
+    SimtCounterHeader *counters = nullptr;  // counters mode: header, then capacity SimtPatterns
+    size_t counters_bytes = 0;
 };
 
 Launch *g_launch = nullptr;  // the launch this child process runs
@@ -231,6 +263,34 @@ struct Fiber {
     uint32_t warp_epoch = 0;
     int exit_line = 0;         // where the thread left the kernel (once it has)
     bool returned = false;     // by a `return` in the kernel's body (not by running off its end)
+    // Counters: the source and destination of the vector copy just counted as one access; the scalar
+    // accesses the copy is made of (inside these ranges) are not counted again.
+    uintptr_t vec_lo[2] = {0, 0};
+    size_t vec_len[2] = {0, 0}, vec_left[2] = {0, 0};
+    // Counters: the sites of this thread's recent accesses (a loop's body cycles through a few), valid
+    // while their epoch is the warp's.
+    struct SiteCache {
+        struct Site *site = nullptr;
+        uintptr_t pc = 0;
+        uint32_t tag = 0, epoch = 0;
+    } recent[8];
+};
+
+// Counters: one access site (instruction) of one warp, and what each lane accessed there since the warp
+// last met (a barrier or a collective of the whole warp). Lane l's k-th access is lane[l][k - base].
+struct SiteKey {
+    uintptr_t pc;
+    uint32_t tag;  // kind << 24 | width << 16 | piece
+    bool operator==(const SiteKey &o) const { return pc == o.pc && tag == o.tag; }
+};
+struct SiteKeyHash {
+    size_t operator()(const SiteKey &k) const { return std::hash<uintptr_t>()(k.pc * 31 + k.tag); }
+};
+struct Site {
+    std::vector<uintptr_t> lane[32];
+    uint32_t base = 0;      // accesses already flushed and dropped from the lanes' lists
+    uint32_t flushed = 0;   // warp accesses flushed (k < flushed)
+    uint32_t longest = 0;   // the longest lane list
 };
 
 // Race-detection shadow of one 2-byte cell: the last write and the last read (or "several readers").
@@ -266,6 +326,10 @@ struct Worker {
     std::unordered_map<uintptr_t, Shadow> shared_shadow;  // static shared memory, per block
     std::vector<std::vector<Shadow>> region_shadow;       // extern shared arrays, then arenas
     std::vector<char> sigstack;
+    std::vector<std::unordered_map<SiteKey, Site, SiteKeyHash>> sites;  // counters: per warp
+    std::vector<uint32_t> sites_epoch;     // counters: per warp, bumped when its sites are flushed
+    uintptr_t tls_lo = 0, tls_hi = 0;      // counters: the module's thread_local block in this OS thread
+    uintptr_t tls_own = 0;                 // counters: the runtime's current_thread in it
 };
 thread_local Worker *tl_worker = nullptr;
 
@@ -334,6 +398,11 @@ void fiber_main();
 
 void run_ready(Worker &w);
 
+// Counters mode (defined with the memory checks below).
+void counters_flush_warp(Worker &w, unsigned warp);
+void counters_flush_block(Worker &w);
+void counters_barrier(Worker &w);
+
 uint32_t lane_bit(unsigned lane) { return uint32_t(1) << lane; }
 
 // Release every lane of a completed warp collective.
@@ -390,6 +459,11 @@ void try_complete_group(Worker &w, unsigned warp, unsigned lane) {
         throw;
     }
     w.in_collective = false;
+    if (g_launch->spec.counters) {
+        ++g_launch->counters->warp_collectives;
+        // The whole warp met here: what its lanes accessed before belongs to warp accesses already complete.
+        if (group == w.warp_alive[warp]) counters_flush_warp(w, warp);
+    }
     w.warp_waiting[warp] &= ~group;
     release_warp_group(w, warp, group);
 }
@@ -469,6 +543,7 @@ void try_complete_barrier(Worker &w) {
         }
     }
     check_divergence(w, *first);
+    if (g_launch->spec.counters) counters_barrier(w);
     ++w.barrier_epoch;
     w.at_barrier = 0;
     std::vector<int> released;
@@ -607,6 +682,10 @@ void init_worker(Worker &w, uint32_t threads) {
     w.warp_alive.assign(warps, 0);
     w.warp_epoch.assign(warps, 0);
     w.warp_waiting.assign(warps, 0);
+    if (s.counters) {
+        w.sites.resize(warps);
+        w.sites_epoch.assign(warps, 1);
+    }
 }
 
 void run_block(Worker &w, uint64_t linear_block) {
@@ -657,6 +736,7 @@ void run_block(Worker &w, uint64_t linear_block) {
     }
     run_ready(w);
     if (w.alive > 0) report_deadlock(w);
+    if (s.counters) counters_flush_block(w);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -770,6 +850,8 @@ void fail_bounds(const DeviceBuffer &b, uintptr_t a, size_t bytes, int access, c
     abort_launch(msg);
 }
 
+void count_access(Worker &w, Fiber &f, uintptr_t a, size_t bytes, int access, const void *pc);
+
 void check_access(uintptr_t a, size_t bytes, int access, const void *pc, bool aligned_claim) {
     Worker *w = tl_worker;
     if (!w || !w->running || w->in_collective || w->failed) return;
@@ -828,12 +910,224 @@ void check_access(uintptr_t a, size_t bytes, int access, const void *pc, bool al
                              Place{nullptr, 0});
         }
     }
+    if (s.counters) count_access(*w, f, a, bytes, access, pc);
     // Random schedules in checked builds also switch threads between memory accesses.
     if (s.random_schedule && s.preempt_one_in && w->ready.size() > 0 && w->rng() % s.preempt_one_in == 0) {
         f.wait = Wait::kNone;
         switch_context(f.ctx, w->scheduler);
         current_thread = &f.t;
     }
+}
+
+
+// ------------------------------------------------------------------------------------------------
+// Counters (check="counters"). Threads run one after another, so a warp's access is put back together:
+// lane l's k-th access at a site (return address, kind, width) since the warp last met belongs with the
+// other lanes' k-th accesses there. A warp access is complete, and is tallied, when every lane still
+// running has made its k-th access; what remains is tallied when the warp meets (a barrier, or a
+// collective of all its lanes) and when the block ends.
+
+// Where a kernel's memory lies. Global memory: the buffers. Shared memory: the module's thread_local
+// block (static __shared__ arrays, `extern __shared__` storage, Metal's kernel-scope threadgroup arrays)
+// and the [[threadgroup(n)]] arenas. Module variables (`__device__`, `__constant__`): its loaded segments.
+// Anything else the kernel's code reads is the runtime's own (the thread's position, the arguments'
+// slots) and is not counted.
+enum : int { kSharedMemory = -1, kModuleVariable = -2, kRuntimeMemory = -3 };
+
+std::vector<std::pair<uintptr_t, uintptr_t>> g_module_segments;
+
+void find_module_segments() {
+    g_module_segments.clear();
+    dl_iterate_phdr([](dl_phdr_info *info, size_t, void *) -> int {
+        if (reinterpret_cast<const void *>(info->dlpi_addr) != g_launch->module.dli_fbase) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+            if (info->dlpi_phdr[i].p_type == PT_LOAD) {
+                const uintptr_t lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+                g_module_segments.emplace_back(lo, lo + info->dlpi_phdr[i].p_memsz);
+            }
+        return 1;
+    }, nullptr);
+}
+
+// The calling OS thread's copy of the module's thread_local block (allocated by now: the runtime, linked
+// into the module, has set its own thread_locals).
+void find_thread_block(Worker &w) {
+    dl_iterate_phdr([](dl_phdr_info *info, size_t, void *data) -> int {
+        if (reinterpret_cast<const void *>(info->dlpi_addr) != g_launch->module.dli_fbase) return 0;
+        auto &me = *static_cast<Worker *>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+            if (info->dlpi_phdr[i].p_type == PT_TLS && info->dlpi_tls_data) {
+                me.tls_lo = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
+                me.tls_hi = me.tls_lo + info->dlpi_phdr[i].p_memsz;
+            }
+        return 1;
+    }, &w);
+    w.tls_own = reinterpret_cast<uintptr_t>(&current_thread);
+}
+
+int memory_of(const Worker &w, uintptr_t a) {
+    size_t bi;
+    if (find_buffer(a, &bi)) return int(bi);
+    if (a >= w.tls_lo && a < w.tls_hi)  // the runtime's current_thread (read by threadIdx & co.) is not the kernel's
+        return a - w.tls_own < sizeof current_thread ? kRuntimeMemory : kSharedMemory;
+    for (size_t i = 0; i < w.arenas.size(); ++i)
+        if (a - reinterpret_cast<uintptr_t>(w.arenas[i]) < g_launch->spec.arena_bytes[i]) return kSharedMemory;
+    for (const auto &seg : g_module_segments)
+        if (a >= seg.first && a < seg.second) return kModuleVariable;
+    return kRuntimeMemory;
+}
+
+struct PatternKeyHash {
+    size_t operator()(const SimtPattern &p) const {
+        uint64_t h = p.pc * 0x9E3779B97F4A7C15ull ^ (uint64_t(p.mask) << 20) ^ uint64_t(uint32_t(p.buffer)) ^
+                     (uint64_t(p.kind) << 56) ^ (uint64_t(p.width) << 48) ^ (uint64_t(p.piece) << 36);
+        for (unsigned l = 0; l < kWarpSize; ++l)
+            if (p.mask >> l & 1u) h = (h ^ p.offsets[l]) * 0x100000001B3ull;
+        return size_t(h);
+    }
+};
+struct PatternKeyEq {
+    bool operator()(const SimtPattern &a, const SimtPattern &b) const {
+        return a.pc == b.pc && a.mask == b.mask && a.buffer == b.buffer && a.kind == b.kind && a.width == b.width &&
+               a.piece == b.piece && std::memcmp(a.offsets, b.offsets, sizeof a.offsets) == 0;
+    }
+};
+std::unordered_map<SimtPattern, uint64_t, PatternKeyHash, PatternKeyEq> g_patterns;  // pattern -> its index
+
+void tally(SimtPattern &p, const uintptr_t *addr) {
+    uintptr_t low = UINTPTR_MAX;
+    for (unsigned l = 0; l < kWarpSize; ++l)
+        if (p.mask >> l & 1u) low = std::min(low, addr[l]);
+    low &= ~uintptr_t(127);  // sectors (32 B) and banks (32 x 4 B) repeat every 128 bytes
+    for (unsigned l = 0; l < kWarpSize; ++l) p.offsets[l] = (p.mask >> l & 1u) ? uint64_t(addr[l] - low) : 0;
+    SimtCounterHeader *h = g_launch->counters;
+    auto *records = reinterpret_cast<SimtPattern *>(h + 1);
+    auto found = g_patterns.find(p);
+    if (found != g_patterns.end()) {
+        ++records[found->second].count;
+        return;
+    }
+    if (h->patterns >= h->capacity) {
+        ++h->dropped;
+        return;
+    }
+    p.count = 1;
+    records[h->patterns] = p;
+    g_patterns.emplace(p, h->patterns++);
+}
+
+// A lane's entry in a Site: the address, with where it lies (memory_of + 4) in the top byte.
+constexpr uintptr_t kAddressBits = (uintptr_t(1) << 56) - 1;
+
+// Tally warp access k of a site: the lanes that made a k-th access there, one pattern per memory they reach.
+void flush_group(const SiteKey &key, Site &site, uint32_t k) {
+    uintptr_t addr[kWarpSize];
+    int where[kWarpSize];
+    uint32_t mask = 0;
+    for (unsigned l = 0; l < kWarpSize; ++l) {
+        const auto &list = site.lane[l];
+        if (list.size() > k - site.base) {
+            addr[l] = list[k - site.base] & kAddressBits;
+            where[l] = int(list[k - site.base] >> 56) - 4;
+            mask |= 1u << l;
+        }
+    }
+    while (mask) {
+        // Lanes reaching different buffers (or shared and global memory) are tallied as one access per memory.
+        const int first = where[__builtin_ctz(mask)];
+        uint32_t part = 0;
+        for (unsigned l = 0; l < kWarpSize; ++l)
+            if ((mask >> l & 1u) && where[l] == first) part |= 1u << l;
+        SimtPattern p{};
+        p.pc = uint64_t(key.pc - reinterpret_cast<uintptr_t>(g_launch->module.dli_fbase));
+        p.mask = part;
+        p.buffer = first;
+        p.kind = uint8_t(key.tag >> 24);
+        p.width = uint8_t(key.tag >> 16);
+        p.piece = uint16_t(key.tag);
+        tally(p, addr);
+        mask &= ~part;
+    }
+}
+
+void flush_site(const SiteKey &key, Site &site) {
+    for (uint32_t k = site.flushed; k < site.base + site.longest; ++k) flush_group(key, site, k);
+}
+
+void counters_flush_warp(Worker &w, unsigned warp) {
+    if (warp >= w.sites.size()) return;
+    for (auto &entry : w.sites[warp]) flush_site(entry.first, entry.second);
+    w.sites[warp].clear();
+    ++w.sites_epoch[warp];  // the threads' cached sites are gone
+}
+
+void counters_flush_block(Worker &w) {
+    for (unsigned warp = 0; warp < w.sites.size(); ++warp) counters_flush_warp(w, warp);
+}
+
+void counters_barrier(Worker &w) {
+    SimtCounterHeader *h = g_launch->counters;
+    ++h->barriers;
+    uint64_t warps = 0;
+    for (size_t first = 0; first < w.fibers.size(); first += kWarpSize) {
+        bool waiting = false;
+        for (size_t i = first; i < std::min(first + kWarpSize, w.fibers.size()); ++i)
+            waiting |= w.fibers[i].wait == Wait::kBarrier;
+        warps += waiting;
+    }
+    h->barrier_warps += warps;
+    counters_flush_block(w);
+}
+
+// One naturally aligned access of `width` bytes (1, 2, 4, 8 or 16) by the running lane.
+void count_piece(Worker &w, Fiber &f, uintptr_t a, int where, unsigned width, int access, const void *pc,
+                 unsigned piece) {
+    const unsigned warp = f.t.warp, me = f.t.lane;
+    const SiteKey key{reinterpret_cast<uintptr_t>(pc), uint32_t(access) << 24 | width << 16 | (piece & 0xffffu)};
+    auto &cached = f.recent[(key.pc ^ (key.pc >> 4) ^ key.tag) & 7];
+    if (!(cached.site && cached.pc == key.pc && cached.tag == key.tag && cached.epoch == w.sites_epoch[warp]))
+        cached = {&w.sites[warp][key], key.pc, key.tag, w.sites_epoch[warp]};
+    Site &site = *cached.site;
+    auto &list = site.lane[me];
+    list.push_back((uintptr_t(where + 4) << 56) | a);
+    const uint32_t k = site.base + uint32_t(list.size()) - 1;
+    site.longest = std::max<uint32_t>(site.longest, uint32_t(list.size()));
+    if (k != site.flushed) return;  // an earlier warp access at this site is still waiting for a lane
+    const uint32_t alive = w.warp_alive[warp];
+    for (unsigned l = 0; l < kWarpSize; ++l)
+        if ((alive >> l & 1u) && site.base + site.lane[l].size() <= k) return;  // a running lane has not been here
+    flush_group(key, site, k);
+    ++site.flushed;
+    if (site.flushed - site.base == site.longest) {  // every list is used up: start them afresh
+        for (auto &l : site.lane) l.clear();
+        site.base = site.flushed;
+        site.longest = 0;
+    }
+}
+
+// Split an access into naturally aligned pieces of at most 16 bytes (a wide or misaligned copy).
+void count_split(Worker &w, Fiber &f, uintptr_t a, size_t bytes, int access, const void *pc) {
+    const int where = memory_of(w, a);
+    if (where == kRuntimeMemory) return;
+    unsigned piece = 0;
+    while (bytes) {
+        unsigned width = 16;
+        while (width > 1 && ((a & (width - 1)) || width > bytes)) width >>= 1;
+        count_piece(w, f, a, where, width, access, pc, piece++);
+        a += width;
+        bytes -= width;
+    }
+}
+
+void count_access(Worker &w, Fiber &f, uintptr_t a, size_t bytes, int access, const void *pc) {
+    for (int i = 0; i < 2; ++i)
+        if (f.vec_left[i] && a - f.vec_lo[i] < f.vec_len[i] && a + bytes <= f.vec_lo[i] + f.vec_len[i] &&
+            bytes <= f.vec_left[i]) {
+            f.vec_left[i] -= bytes;  // part of the vector copy counted whole
+            return;
+        }
+    f.vec_left[0] = f.vec_left[1] = 0;
+    count_split(w, f, a, bytes, access, pc);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -908,6 +1202,7 @@ void run_worker(std::atomic<uint64_t> *next, const std::vector<uint64_t> *order,
     tl_worker = &w;
     install_crash_handlers();
     init_worker(w, threads);
+    if (g_launch->spec.counters) find_thread_block(w);
     for (;;) {
         const uint64_t i = next->fetch_add(1);
         if (i >= order->size() || g_launch->report->status.load() != kRunning) break;
@@ -938,7 +1233,8 @@ void child_main() {
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::atomic<uint64_t> next{0};
-    const int workers = (s.memcheck || s.racecheck || s.random_schedule) ? 1 : std::max(1, s.workers);
+    const int workers = (s.memcheck || s.racecheck || s.random_schedule || s.counters) ? 1 : std::max(1, s.workers);
+    if (s.counters) find_module_segments();
     if (workers == 1) {
         run_worker(&next, &order, threads);
     } else {
@@ -999,8 +1295,28 @@ void kernel_return(int line) {
 }
 
 void note_access(const void *addr, size_t bytes, int access, const void *pc) {
-    if (g_launch && (g_launch->spec.memcheck || g_launch->spec.racecheck))
+    if (g_launch && (g_launch->spec.memcheck || g_launch->spec.racecheck || g_launch->spec.counters))
         check_access(reinterpret_cast<uintptr_t>(addr), bytes, access, pc, false);
+}
+
+// Counters: a vector copy (float4 and the like) is one access of `bytes` bytes at each end that is not
+// the thread's own stack; the scalar accesses g++ makes of it follow and are not counted again.
+void note_vector(const void *dst, const void *src, size_t bytes) {
+    if (!g_launch || !g_launch->spec.counters) return;
+    Worker *w = tl_worker;
+    if (!w || !w->running || w->in_collective || w->failed) return;
+    Fiber &f = *w->running;
+    const void *pc = __builtin_extract_return_addr(__builtin_return_address(0));
+    const auto stack = reinterpret_cast<uintptr_t>(f.stack_lo);
+    const uintptr_t ends[2] = {reinterpret_cast<uintptr_t>(src), reinterpret_cast<uintptr_t>(dst)};
+    f.vec_left[0] = f.vec_left[1] = 0;
+    for (int i = 0; i < 2; ++i) {
+        const uintptr_t a = ends[i];
+        if (!a || a - stack < kStackBytes) continue;
+        count_split(*w, f, a, bytes, i == 0 ? kRead : kWrite, pc);
+        f.vec_lo[i] = a;
+        f.vec_len[i] = f.vec_left[i] = bytes;
+    }
 }
 
 void fail(const void *pc, const char *fmt, ...) {
@@ -1183,6 +1499,15 @@ void *simt_prepare(const SimtLaunchSpec *spec) {
     if (L->report == MAP_FAILED) return nullptr;
     new (L->report) Report();
     L->report->status = kRunning;
+    if (spec->counters) {
+        L->counters_bytes = round_up(sizeof(SimtCounterHeader) + spec->counters_capacity * sizeof(SimtPattern),
+                                     page_size());
+        void *mem = mmap(nullptr, L->counters_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0);
+        if (mem == MAP_FAILED) return nullptr;
+        L->counters = static_cast<SimtCounterHeader *>(mem);
+        L->counters->capacity = spec->counters_capacity;
+    }
     return L;
 }
 
@@ -1224,6 +1549,8 @@ const char *simt_printf(void *handle, uint64_t *len, int *truncated) {
     *truncated = r->printf_truncated;
     return reinterpret_cast<const char *>(r + 1);
 }
+// Counters mode: the header, followed by header->patterns SimtPattern records (null without counters).
+const SimtCounterHeader *simt_counters(void *handle) { return static_cast<simt::Launch *>(handle)->counters; }
 uint64_t simt_elapsed_ns(void *handle) { return static_cast<simt::Launch *>(handle)->report->elapsed_ns; }
 uint32_t simt_blocks_done(void *handle, uint32_t *running) {
     auto *r = static_cast<simt::Launch *>(handle)->report;
@@ -1236,6 +1563,7 @@ void simt_release(void *handle) {
     auto *L = static_cast<Launch *>(handle);
     for (auto &b : L->buffers) munmap(b.reservation, b.reserved);
     munmap(L->report, L->report_bytes);
+    if (L->counters) munmap(L->counters, L->counters_bytes);
     delete L;
 }
 }

@@ -74,6 +74,9 @@ __attribute__((always_inline, artificial)) inline void check_vector(const void *
                                                                      unsigned align, const char *type) {
     if (__builtin_expect(((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (align - 1)) != 0, 0))
         misaligned_vector(dst, src, align, type);
+#if SIMT_CHECKED
+    note_vector(dst, src, align);  // counters mode: one vector access (the size of these types is their alignment)
+#endif
 }
 
 }  // namespace detail

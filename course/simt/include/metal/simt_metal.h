@@ -222,6 +222,7 @@ struct alignas(sizeof(T) * (N == 3 ? 4 : N)) vec : simt_impl::vec_base<T, N> {
     // float4(half4), int2(float2)...: explicit, as in MSL.
     template <class U, std::enable_if_t<!std::is_same_v<U, T>, int> = 0> explicit vec(const vec<U, N> &o) {
         vec<U, N>::check_aligned(&o, "read");
+        count_copy(nullptr, &o, sizeof(U) * N);
         for (int i = 0; i < N; ++i) s[i] = simt_impl::convert<T>(o.s[i]);
     }
 
@@ -229,13 +230,24 @@ struct alignas(sizeof(T) * (N == 3 ? 4 : N)) vec : simt_impl::vec_base<T, N> {
     template <class V, int... I, std::enable_if_t<sizeof...(I) == N && !std::is_same_v<V, vec>, int> = 0>
     explicit vec(const simt_impl::swizzle<V, I...> &sw) : vec(sw.operator V()) {}
 
+    // Counters mode: a copy is one vector access at each end (of the elements copied), not N scalar ones.
+    __attribute__((always_inline)) static void count_copy(const void *dst, const void *src, std::size_t bytes) {
+#if SIMT_CHECKED
+        ::simt::note_vector(dst, src, bytes);
+#else
+        (void)dst, (void)src, (void)bytes;
+#endif
+    }
+
     __attribute__((always_inline)) vec(const vec &o) {
         check_aligned(&o, "read");
+        count_copy(this, &o, sizeof(T) * N);
         for (int i = 0; i < N; ++i) s[i] = o.s[i];
     }
     __attribute__((always_inline)) vec &operator=(const vec &o) {
         check_aligned(&o, "read");
         check_aligned(this, "write");
+        count_copy(this, &o, sizeof(T) * N);
         for (int i = 0; i < N; ++i) s[i] = o.s[i];
         return *this;
     }
