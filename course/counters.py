@@ -35,8 +35,8 @@ from course import memory_model as mm
 from course.errors import CheckFailed, CourseError
 from course.simt.counters import MODULE, OPS, SHARED, LaunchCounters, set_cost_model, tensor_table
 
-__all__ = ["counters", "Counters", "TritonCounters", "triton_counters", "check_measured", "MEASURED_EXERCISES",
-           "NSIGHT", "COURSE", "pattern_cost", "cost_launch"]
+__all__ = ["counters", "first_finished", "Counters", "TritonCounters", "triton_counters", "check_measured",
+           "MEASURED_EXERCISES", "NSIGHT", "COURSE", "pattern_cost", "cost_launch"]
 
 KernelCounters = LaunchCounters  # what a CUDA C or Metal launch reports (course/simt/counters.py)
 
@@ -531,6 +531,7 @@ def counters(target: Any, *inputs: Any, tiles=None, exercise: str | None = None,
     from course.simt import RawKernel, RawModule
     from course.simt.kernel import collect_counters
 
+    _refuse_unfinished(target)
     if isinstance(target, RawModule):
         target = _module_function(target, tiles, exercise)
     elif tiles is not None or exercise is not None:
@@ -553,6 +554,60 @@ def counters(target: Any, *inputs: Any, tiles=None, exercise: str | None = None,
         raise CourseError(f"{what} launched no kernel that could be measured: CUDA C and Metal kernels are measured "
                           "on the CPU runtime, Triton kernels on its interpreter (on a machine without a GPU).")
     return Counters(order)
+
+
+def _stub_exercise(module) -> str | None:
+    """The exercise whose kernel ``module`` still is exactly as handed out (every solution region empty)."""
+    from course.engines import untouched_stub
+    from course.tracks.table import exercises
+    for row in exercises(track=module.language):
+        if row.entry[0] in module.kernels and untouched_stub(row.id, module.code):
+            return row.id
+    return None
+
+
+def _refuse_unfinished(target: Any) -> None:
+    """A sentence instead of a measurement of nothing: a %%cuda / %%metal cell that failed to compile, or
+    that still holds the kernel as handed out (it would run, and load no K or V at all)."""
+    import os
+
+    from course.answers import NotFinished
+    from course.paths import REPO
+    from course.simt import RawModule
+    from course.simt.magic import CompileFailed
+    if isinstance(target, CompileFailed):
+        raise NotFinished(f"your %%{target.language} {target.name} cell did not compile, so its kernel is not finished "
+                          f"yet: fix the error that cell shows, run it, then run this cell again.")
+    if not isinstance(target, RawModule) or _stub_exercise(target) is None:
+        return
+    path = target.display_path
+    if os.path.isabs(path):  # a kernel file: in a copy of the course without its solutions (the grader's)
+        shown = os.path.relpath(path, REPO) if path.startswith(str(REPO) + os.sep) else path
+        raise NotFinished(f"the kernel in {shown} is not finished yet: its solution regions are empty in this copy "
+                          f"of the course, so there is nothing to measure.")
+    cell = os.path.splitext(os.path.basename(path))[0]
+    raise NotFinished(f"your %%{target.language} {cell} cell is not finished yet (nothing is written where it says "
+                      f"`// YOUR CODE HERE`): complete it, run it, then run this cell again.")
+
+
+def first_finished(*inputs: Any, **tracks: Any) -> tuple[str, Counters]:
+    """Measure the first of ``tracks`` (track name -> a %%cuda / %%metal module or a function launching
+    Triton kernels) that is finished: ``track, c = first_finished(q, k, v, triton=f, cuda=m, metal=m2)``.
+
+    A track still holding its stub (or whose cell failed) is skipped; when none is finished, one sentence
+    (course.answers.NotFinished) says so. Any other error of a kernel is raised as it is."""
+    from course.answers import NotFinished, unfinished_sentence
+    from course.track_choice import TRACK_NAMES
+    for track, target in tracks.items():
+        try:
+            return track, counters(target, *inputs)
+        except Exception as error:  # noqa: BLE001 - only an unfinished exercise is passed over
+            if unfinished_sentence(error) is None:
+                raise
+    named = [TRACK_NAMES.get(t, t) for t in tracks]
+    names = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+    raise NotFinished(f"This cell measures your kernel, which is not finished yet in any track ({names}): complete "
+                      f"one, run its cell, then run this cell again.")
 
 
 # ------------------------------------------------------------------------------------------------
