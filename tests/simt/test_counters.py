@@ -342,3 +342,26 @@ def test_what_cannot_be_measured_is_a_sentence():
         course.counters(lambda: None)
     with pytest.raises(course.CourseError, match="measures a kernel"):
         course.counters(42)
+
+
+def _as_handed_out(code: str) -> str:
+    """A kernel file as the release gives it to learners: every solution region emptied."""
+    import re
+    return re.sub(r"(// BEGIN SOLUTION[^\n]*\n).*?(\s*// END SOLUTION)", r"\1    // YOUR CODE HERE\n\2", code, flags=re.S)
+
+
+def test_an_unfinished_kernel_is_a_sentence_and_the_first_finished_track_is_measured(qkv):
+    """A stub would run and load no K or V: a measurement of nothing, so the counters refuse it in a sentence;
+    ``first_finished`` passes over it to a finished track, and says so when none is."""
+    from course.answers import NotFinished
+    from course.counters import first_finished
+    path = kernel_path(cuda.STEPS["03.tiled_cuda"].kernel_file)
+    stub = RawModule(code=_as_handed_out(path.read_text()), language="cuda", compile_now=None)
+    assert "YOUR CODE HERE" in stub.code
+    with pytest.raises(NotFinished, match="not finished yet"):
+        course.counters(stub, *qkv)
+    finished = RawModule(path=path, compile_now=None)
+    track, c = first_finished(*qkv, metal=stub, cuda=finished)
+    assert track == "cuda" and c.by_tensor["k"]["load_bytes"] > 0
+    with pytest.raises(NotFinished, match="not finished yet in any track"):
+        first_finished(*qkv, cuda=stub)
