@@ -6,7 +6,7 @@ ASSIGNMENT ?= 01_naive_attention
 # `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
 TIER ?= cpu
 
-.PHONY: setup setup-grade setup-test lab lab-instructor test test-fast release check-release grade doctor bench clean
+.PHONY: setup setup-grade setup-test lab lab-instructor test test-fast release check-release grade doctor bench slides clean
 
 setup:
 	@scripts/setup.sh
@@ -51,6 +51,12 @@ doctor: setup
 # Triton track vs PyTorch SDPA on an NVIDIA GPU (writes docs/benchmarks.md); on a CPU, a correctness smoke.
 bench: setup
 	$(PY) -m course.tools.bench_triton $(BENCH_ARGS)
+
+# Instructor code-tour decks, generated from the live kernels and notebooks into build/slides/ (one per lesson,
+# one per track), with PDFs where Chromium is installed. `make slides SLIDES=tour_metal` builds one deck.
+slides:
+	@scripts/setup.sh --slides
+	$(PY) -m course.slides $(SLIDES)
 
 # build/lab/ holds a learner's work, so clean leaves it alone (delete it by hand to start over).
 clean:

@@ -3,16 +3,19 @@
 #   scripts/setup.sh            the course (JupyterLab, nbgrader, Triton, PyTorch)
 #   scripts/setup.sh --grade    the same plus bubblewrap, the sandbox submissions are graded in
 #   scripts/setup.sh --test     all of that plus the test tools and Debian's Chromium for the browser test
+#   scripts/setup.sh --slides   the course plus Playwright, which prints the slides' PDFs with a Chromium if one is installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
 want_grade=0
+want_slides=0
 case "${1:-}" in
     --test) want_test=1 ;;
     --grade) want_grade=1 ;;
+    --slides) want_slides=1 ;;
     "") ;;
-    *) echo "setup: unknown option ${1}; use --grade or --test" >&2; exit 2 ;;
+    *) echo "setup: unknown option ${1}; use --grade, --test or --slides" >&2; exit 2 ;;
 esac
 
 PYTHON=${PYTHON:-python3}
@@ -43,6 +46,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing the course package${extras:+ with test tools}"
     $PY -m pip install --quiet --disable-pip-version-check -e ".${extras}"
     touch "$stamp"
+fi
+
+# The slides' PDFs need the playwright package (the version the test tools pin); Chromium is not installed for them.
+if [ $want_slides = 1 ] && ! $PY -c 'import playwright' 2>/dev/null; then
+    spec=$($PY -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"] if d.startswith("playwright")))')
+    echo "setup: installing $spec (prints the slides' PDFs)"
+    $PY -m pip install --quiet --disable-pip-version-check "$spec"
 fi
 
 # System packages, only those missing and only for who needs them: g++ and binutils for everyone
