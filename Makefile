@@ -42,8 +42,10 @@ release: setup
 check-release: setup
 	$(PY) -m autograder release --check
 
+# `make grade CLUSTER=tcp://host:8786` (or CLUSTER=local:4) grades on a Dask cluster; Dask is installed when missing.
 grade: setup-grade
-	$(PY) -m autograder grade $(SUBMISSIONS) --assignment $(ASSIGNMENT)
+	$(if $(CLUSTER),@$(PY) -c 'import distributed' 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check -e '.[cluster]')
+	$(PY) -m autograder grade $(SUBMISSIONS) --assignment $(ASSIGNMENT)$(if $(CLUSTER), --cluster $(CLUSTER))
 
 doctor: setup
 	$(PY) -m course doctor

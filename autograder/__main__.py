@@ -21,8 +21,8 @@ Members whose path would leave the zip (../x, /x, symlinks) are rejected with a 
 When a student hands in several notebooks, the one named <assignment>.ipynb is graded.
 
 The CSV has one row per student: student_id, assignment, score, max_score, status, tier (the
-execution tier the notebook was graded on), crashes (how many times its Python process crashed or
-had to be killed), crash_details (where: "kernel crashed (signal 11: segmentation fault) in cell
+execution tier the notebook was graded on, whichever machine graded it), crashes (how many times
+its Python process crashed or had to be killed), crash_details (where: "kernel crashed (signal 11: segmentation fault) in cell
 test_mul"), seconds (wall time of its grading), then one column per graded test cell. status is
 "graded" (with notes on stopped cells and crashes) or says why the submission could not be graded.
 
@@ -35,7 +35,17 @@ in-memory copy. Limits apply per notebook process: --memory (address space), --c
 that cell: the rest of the notebook runs in a fresh process (what earlier cells defined is gone).
 Sizes take a K, M or G suffix. Grading refuses to run where bubblewrap cannot (not installed, or
 user namespaces disabled) unless you pass --no-sandbox, which runs submissions unconfined.
-Exit status: 0 when the batch ran (even if some submissions failed), 2 when it could not run.
+
+--cluster sends each submission to a worker of a Dask cluster (pip install -e '.[cluster]'), which
+grades it exactly as this machine would and sends back the scores, the autograded notebook, the
+feedback and the logs; this machine alone writes the gradebook and the CSV. Workers need the course
+installed as here and bubblewrap; no shared filesystem. A worker that dies costs time only: its
+submission is graded again elsewhere. See docs/grading.md for SLURM and Kubernetes.
+
+Interrupted (Ctrl-C), the run keeps every student already recorded; the same command again grades
+only the others (and students whose submission changed). --fresh grades everyone again.
+Exit status: 0 when the batch ran (even if some submissions failed), 2 when it could not run,
+130 when interrupted.
 """
 
 
@@ -74,11 +84,15 @@ def _grade(args: argparse.Namespace) -> int:
         print(NO_SANDBOX_WARNING, file=sys.stderr)
     try:
         results = grade_submissions(args.submissions, args.assignment, workdir, jobs=args.jobs,
-                                    timeout=args.timeout, solutions=args.solutions, csv_path=out, progress=print,
-                                    sandbox=_sandbox_settings(args))
+                                    timeout=args.timeout, solutions=args.solutions, csv_path=out,
+                                    progress=lambda line: print(line, flush=True), sandbox=_sandbox_settings(args),
+                                    cluster=args.cluster, tier=args.tier, fresh=args.fresh)
     except GradingError as exc:
         print(f"grading could not run: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted; the grades recorded so far are in {out} and in the gradebook.", file=sys.stderr)
+        return 130
     print()
     print(summary_table(results))
     print(f"grades: {out}")
@@ -167,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     grade = commands.add_parser(
         "grade", help="autograde a batch of submissions and write a CSV",
         description="Autograde SUBMISSIONS for one assignment with nbgrader, one student at a time\n"
-                    "(or --jobs at once), write feedback without hidden tests, and write a CSV.",
+                    "(or --jobs at once, or on the workers of a Dask cluster with --cluster), write\n"
+                    "feedback without hidden tests, and write a CSV.",
         epilog=GRADE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     grade.add_argument("submissions", type=Path, metavar="SUBMISSIONS",
                        help="a folder of student folders, or an LMS zip file (see below)")
@@ -176,11 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("--out", type=Path, metavar="CSV", help="where to write the grades (default: grades.csv in the work directory)")
     grade.add_argument("--workdir", type=Path, metavar="DIR",
                        help="where the grades and the nbgrader course directory (DIR/nbgrader: feedback, "
-                            "logs, gradebook) go; DIR/nbgrader is rebuilt on every run (default: build/grading/ASSIGNMENT)")
+                            "logs, gradebook) go; a re-run into the same DIR grades only the students not graded "
+                            "yet (default: build/grading/ASSIGNMENT)")
+    grade.add_argument("--fresh", action="store_true",
+                       help="grade every student again, rebuilding DIR/nbgrader (by default a re-run keeps the "
+                            "students an earlier run with the same assignment and settings recorded, unless "
+                            "their submission changed)")
     grade.add_argument("--timeout", type=_positive, default=120, metavar="SECONDS",
                        help="time limit for each notebook cell; a cell past it is interrupted (default: %(default)s)")
     grade.add_argument("--jobs", type=_positive, default=1, metavar="N",
-                       help="students graded at the same time, each in its own process (default: %(default)s)")
+                       help="students graded at the same time on this machine, each in its own process "
+                            "(default: %(default)s; not used with --cluster)")
+    grade.add_argument("--cluster", metavar="ADDRESS",
+                       help="grade on the workers of a Dask cluster: a scheduler address (tcp://host:8786), or "
+                            "local:N to start N worker processes here; needs the 'cluster' extra (see below)")
+    grade.add_argument("--tier", choices=["cpu", "gpu"], default="cpu",
+                       help="cpu (default): in the sandbox, on any worker; gpu: on workers started with "
+                            "--resources GPU=1, which needs --no-sandbox (the sandbox binds no GPU)")
     grade.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, metavar="DIR",
                        help="instructor notebooks to grade against (default: solutions/)")
     _add_sandbox_options(grade)

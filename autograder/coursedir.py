@@ -14,15 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import REPO_ROOT
+from autograder.children import death_signal_prefix, stop_group, tracked
 from autograder.sandbox.bubblewrap import SandboxSettings
-from course.processes import stop_group
 
-__all__ = ["COURSE_ID", "KERNELS_VIEW", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
+__all__ = ["COURSE_ID", "KERNELS_VIEW", "BUILD_ARTEFACTS", "IGNORED_FILES", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
 
 COURSE_ID = "flash-attention"
 
 # The course's kernel files without their solutions, which a sandboxed kernel sees as kernels/.
 KERNELS_VIEW = "kernels-without-solutions"
+
+# Compiled kernels and caches an instructor's run leaves beside the notebooks: never released, never shipped.
+BUILD_ARTEFACTS = ["*.ptx", "*.cubin", "*.fatbin", "*.o", "*.so", "*.metallib", "*.air", "a.out"]
+# What nbgrader ignores in an assignment folder (``CourseDirectory.ignore``).
+IGNORED_FILES = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", *BUILD_ARTEFACTS]
 
 # Written into every course directory made here, so resetting one never deletes anything else.
 _MARKER = ".autograder-course"
@@ -102,26 +107,33 @@ class CourseDir:
         """Copy an instructor assignment folder in as ``source/<assignment>``."""
         shutil.copytree(folder, self.source(assignment), symlinks=True)
 
-    def run(self, *args: str, timeout: float | None = None, log_file: Path | None = None) -> CommandResult:
-        """Run ``nbgrader ARGS`` here; on ``timeout`` seconds the command and its kernel are killed."""
+    def run(self, *args: str, timeout: float | None = None, log_file: Path | None = None,
+            environment: dict[str, str] | None = None) -> CommandResult:
+        """Run ``nbgrader ARGS`` here; on ``timeout`` seconds the command and its kernel are killed.
+
+        ``environment`` adds variables (an unsandboxed kernel inherits them). The command dies with
+        the process that ran it, where ``setpriv`` can arrange that (see :mod:`autograder.children`).
+        """
         env = dict(os.environ)
+        env.update(environment or {})
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         # nbgrader runs the `alembic` command when it creates a gradebook; it lives beside this Python.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, [env.get("PATH")])])
         # A user's own ~/.jupyter/nbgrader_config.py must not change what the course releases or grades.
         env["JUPYTER_CONFIG_DIR"] = str(self.root / ".jupyter")
         process = subprocess.Popen(
-            [sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=env, text=True,
+            [*death_signal_prefix(), sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=env, text=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a timeout kills the kernel too
         )
         timed_out = False
-        try:
-            log, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            stop_group(process)
-            log, _ = process.communicate()
+        with tracked(process):
+            try:
+                log, _ = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                stop_group(process)
+                log, _ = process.communicate()
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)
             log_file.write_text(log)

@@ -12,7 +12,7 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader import preprocessors as nbp
 from traitlets.config import Config
 
-from autograder.coursedir import COURSE_ID, KERNELS_VIEW
+from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW
 from autograder.preprocessors.sandboxed_execute import METADATA_KEY, SandboxedExecute
 from autograder.preprocessors.redact_hidden_tracebacks import RedactHiddenTracebacks
 from autograder.preprocessors.forget_earlier_grades import ForgetEarlierGrades
@@ -21,9 +21,8 @@ from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
 
 __all__ = ["COURSE_ID", "IGNORED_FILES", "HARMLESS_STDERR", "course_config"]
 
-# Compiled kernels and caches an instructor's run leaves beside the notebooks; they must never ship.
-BUILD_ARTEFACTS = ["*.ptx", "*.cubin", "*.fatbin", "*.o", "*.so", "*.metallib", "*.air", "a.out"]
-IGNORED_FILES = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", *BUILD_ARTEFACTS]
+# IGNORED_FILES and BUILD_ARTEFACTS (compiled kernels an instructor's run leaves behind) live in
+# autograder.coursedir, which the grader imports without nbgrader.
 
 # nbgrader gives 0 to a test cell with any stderr output. A warning (from PyTorch, Triton or the
 # student's own code) says nothing about correctness, and a failing test raises instead.

@@ -1,68 +1,58 @@
 """Autograde a batch of submissions with nbgrader and write one CSV row per student.
 
-The pipeline, in a fresh nbgrader course directory ``<workdir>/nbgrader``:
+The pipeline, around a course directory ``<workdir>/nbgrader`` that this process alone writes:
 
-1. copy ``solutions/<assignment>`` in as the source and run ``generate_assignment`` (fills the gradebook);
-2. find one notebook per student (:mod:`autograder.grade.submissions`), refuse the ones that cannot be
-   graded with a sentence saying why, and import the rest as ``submitted/<student>/<assignment>/``;
-3. run ``nbgrader autograde`` once per student, in its own process, ``jobs`` at a time. Each
-   notebook's kernel runs in the sandbox (:mod:`autograder.sandbox.bubblewrap`); a kernel that crashes or
-   hangs costs only the cells it breaks (:mod:`autograder.preprocessors.sandboxed_execute`);
-4. re-check every test cell in a sandbox of its own where no answer cell of the student runs
-   (:mod:`autograder.grade.recheck`): its result is the grade, and the gradebook is corrected where
-   the notebook's run said otherwise;
-5. run ``generate_feedback`` without the hidden tests (each page says what the re-check changed and
-   why), read the scores from the gradebook, and write ``<workdir>/grades.csv`` with the tier each
-   student was graded on, the crashes, the re-check's notes, and the time each took.
+1. copy ``solutions/<assignment>`` in as the source and run ``generate_assignment`` (fills the gradebook),
+   unless an earlier run with the same assignment and settings left one to resume (see step 5);
+2. find one notebook per student (:mod:`autograder.grade.submissions`) and refuse the ones that cannot
+   be graded with a sentence saying why;
+3. grade each remaining student with :func:`autograder.grade.one.grade_one`, in a scratch course
+   directory of its own, ``jobs`` at a time in threads of this process, or on the workers of a Dask
+   cluster (:mod:`autograder.grade.cluster`); either way the same function does the same thing:
+   ``nbgrader autograde`` with the notebook's kernel in the sandbox (:mod:`autograder.sandbox.bubblewrap`;
+   a kernel that crashes or hangs costs only the cells it breaks), the re-check of every test cell in a
+   sandbox where no answer cell runs (:mod:`autograder.grade.recheck`), ``generate_feedback`` without
+   the hidden tests, and the scores; everything comes back as data;
+4. record each student as its grading completes (:mod:`autograder.grade.record`): the gradebook entry,
+   the autograded notebook, the feedback page and the logs, then the mark that the student is done;
+5. write ``<workdir>/grades.csv`` with the tier each student was graded on, the crashes, the re-check's
+   notes, and the time each took. A re-run (after Ctrl-C, say) grades only the students not done yet,
+   or whose submission changed; ``fresh=True`` (``--fresh``) grades everyone again.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import json
+import os
 import shutil
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from autograder import SOLUTIONS_DIR
-from autograder.coursedir import COURSE_ID, CommandResult, CourseDir, error_summary
-from autograder.grade.recheck import Recheck, build_job, run_recheck, strip_recordings
+from autograder import children
+from autograder.coursedir import IGNORED_FILES, CourseDir
+from autograder.grade.one import TIERS, GradingSettings, ReleaseBundle, SubmissionTask, grade_one, \
+    discard_release, nbgrader_in_process, prepared_release
+from autograder.grade.record import MANIFEST, PRISTINE_GRADEBOOK, Recorder
 from autograder.grade.report import write_csv
+from autograder.grade.results import GradingError, StudentResult, TestCell, graded_test_cells
+from autograder.grade.submissions import Submission, SubmissionsError, collect, exercise_ids
 from autograder.sandbox.bubblewrap import SandboxSettings, SandboxUnavailable, kernels_folder, require_sandbox, \
     write_kernels_without_solutions
-from autograder.grade.submissions import Submission, SubmissionsError, collect, exercise_ids
 
-__all__ = ["StudentResult", "GradingError", "TestCell", "grade_submissions"]
+__all__ = ["StudentResult", "GradingError", "TestCell", "grade_submissions", "NO_SANDBOX_WARNING", "INTERRUPTED"]
 
+NO_SANDBOX_WARNING = ("WARNING: --no-sandbox: submissions run unconfined, as your user, with no resource limits. "
+                      "A submission can read the solutions and the instructor notebooks, write the gradebook, "
+                      "use the network, and exhaust this machine. Grade only code you trust this way.")
 
-@dataclass
-class StudentResult:
-    """One student's outcome. ``status`` is ``graded`` (maybe with a note) or a sentence saying what failed."""
+GPU_NEEDS_NO_SANDBOX = ("grading on the GPU tier needs --no-sandbox: the sandbox binds no GPU device "
+                        "(see 'GPUs' in docs/grading.md).")
 
-    student_id: str
-    score: float
-    max_score: float
-    status: str
-    cells: dict[str, float] = field(default_factory=dict)  # graded test cell id -> points earned
-    feedback_html: Path | None = None
-    tier: str = ""  # the execution tier the notebook was graded on
-    crashes: list[str] = field(default_factory=list)  # "kernel crashed (signal 11: ...) in cell mul", ...
-    wall_seconds: float | None = None  # time nbgrader and the re-check took for this student
-    recheck: list[str] = field(default_factory=list)  # test cells whose grade the re-check changed, and why
-    recheck_seconds: float | None = None
-    not_rechecked: list[str] = field(default_factory=list)  # test cells the re-check cannot judge: grade as run
-
-
-@dataclass(frozen=True)
-class TestCell:
-    grade_id: str
-    points: float
-
-
-class GradingError(Exception):
-    """The pipeline itself could not run (as opposed to one student's submission failing)."""
+INTERRUPTED = "not graded yet: the run was interrupted; run the same command again to grade the rest"
 
 
 def _assignment_notebook(solutions: Path, assignment: str) -> Path:
@@ -78,198 +68,6 @@ def _assignment_notebook(solutions: Path, assignment: str) -> Path:
     return notebooks[0]
 
 
-def _test_cells(notebook: dict) -> list[TestCell]:
-    """The autograded test cells of a notebook, in notebook order."""
-    cells = []
-    for cell in notebook.get("cells", []):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") == "code" and meta.get("grade") and not meta.get("solution"):
-            cells.append(TestCell(meta["grade_id"], float(meta.get("points", 0))))
-    return cells
-
-
-def _import(course: CourseDir, submission: Submission, assignment: str, notebook_name: str) -> None:
-    """Place a submission where ``nbgrader autograde`` looks for it."""
-    folder = course.submitted(submission.student_id, assignment)
-    folder.mkdir(parents=True)
-    shutil.copyfile(submission.notebook, folder / notebook_name)
-    when = submission.submitted_at or datetime.now(timezone.utc)
-    (folder / "timestamp.txt").write_text(when.strftime("%Y-%m-%d %H:%M:%S UTC"))
-
-
-@dataclass
-class _Run:
-    """How one student's autograde went, before the scores are read."""
-
-    status: str
-    wall_seconds: float
-    tier: str = ""
-    crashes: list[str] = field(default_factory=list)
-    recheck: Recheck | None = None
-
-
-def _failure_reason(run: CommandResult, timeout: int, limit: float) -> str:
-    """A sentence for a TA from an autograde run that did not finish."""
-    if run.timed_out:
-        return f"grading took longer than {limit:g} s and was stopped"
-    if "died before replying to kernel_info" in run.log or "didn't respond in" in run.log:
-        return "the notebook's Python process did not start (see the kernel log in logs/)"
-    if "DeadKernelError" in run.log or "Kernel died" in run.log:
-        return "the notebook's Python process crashed (a segfault, or killed for using too much memory)"
-    if "Timeout waiting for IOPub" in run.log or "CellTimeoutError" in run.log:
-        return f"a cell ran past the {timeout} s limit and could not be interrupted"
-    return error_summary(run.log)
-
-
-def _run_record(course: CourseDir, assignment: str, student: str, notebook_name: str) -> dict:
-    """What the sandboxed Execute stored in the autograded notebook (events and tier)."""
-    from autograder.preprocessors.sandboxed_execute import METADATA_KEY
-    try:
-        notebook = json.loads((course.autograded(student, assignment) / notebook_name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    record = notebook.get("metadata", {}).get(METADATA_KEY)
-    return record if isinstance(record, dict) else {}
-
-
-def _graded_status(events: list[dict], timeout: int) -> tuple[str, list[str]]:
-    """("graded (...)", crash descriptions) from the events of a run."""
-    crashes = [str(e.get("what", "")) for e in events if e.get("kind") in ("crashed", "killed")]
-    notes = list(crashes)
-    if any(e.get("kind") == "interrupted" for e in events):
-        notes.insert(0, f"a cell was stopped at the {timeout} s limit")
-    return ("graded (" + "; ".join(notes) + ")" if notes else "graded"), crashes
-
-
-def _recheck(course: CourseDir, assignment: str, student: str, notebook_name: str, source: dict,
-             sandbox: SandboxSettings, limit: float) -> Recheck:
-    """Re-check one autograded student (see :mod:`autograder.grade.recheck`); the recordings leave the notebook."""
-    graded_path = course.autograded(student, assignment) / notebook_name
-    try:
-        graded = json.loads(graded_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return Recheck(problem=f"the autograded notebook could not be read ({exc})")
-    job = build_job(source, graded)
-    graded_path.write_text(json.dumps(strip_recordings(graded), indent=1), encoding="utf-8")
-    return run_recheck(job, course.root / "recheck" / student, sandbox,
-                       course.kernels_view if course.kernels_view.is_dir() else None, limit)
-
-
-def _autograde(course: CourseDir, assignment: str, student: str, notebook_name: str, timeout: int,
-               limit: float) -> _Run:
-    """Autograde one student."""
-    log_file = course.root / "logs" / f"autograde-{student}.log"
-    started = time.monotonic()
-    run = course.run("autograde", assignment, f"--student={student}", "--force", timeout=limit, log_file=log_file)
-    if not run.ok and "database is locked" in run.log:
-        # Parallel students share one SQLite gradebook; a rare write collision is worth one more try.
-        run = course.run("autograde", assignment, f"--student={student}", "--force", timeout=limit, log_file=log_file)
-    wall = time.monotonic() - started
-    if not run.ok:
-        return _Run(f"failed: {_failure_reason(run, timeout, limit)}", wall)
-    record = _run_record(course, assignment, student, notebook_name)
-    events = [e for e in record.get("events", []) if isinstance(e, dict)]
-    status, crashes = _graded_status(events, timeout)
-    return _Run(status, wall, str(record.get("tier", "")), crashes)
-
-
-def _scores(course: CourseDir, assignment: str, student: str, test_ids: set[str]
-            ) -> tuple[float, dict[str, float]] | None:
-    """(total, points per test cell) from the gradebook; None when nbgrader recorded no submission."""
-    from nbgrader.api import Gradebook, MissingEntry  # seconds to import: only once there is something to read
-
-    with Gradebook(course.db_url, COURSE_ID) as gb:
-        try:
-            submission = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return None
-        cells = {grade.name: float(grade.score or 0.0)
-                 for notebook in submission.notebooks for grade in notebook.grades if grade.name in test_ids}
-        return float(submission.score or 0.0), cells
-
-
-def _apply_recheck(course: CourseDir, assignment: str, student: str, notebook_stem: str, tests: list[TestCell],
-                   recheck: Recheck) -> list[str]:
-    """Make the gradebook hold what the re-check found; a line per test cell whose grade changed."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    changes = []
-    with Gradebook(course.db_url, COURSE_ID) as gb:
-        for test in tests:
-            try:
-                grade = gb.find_grade(test.grade_id, notebook_stem, assignment, student)
-            except MissingEntry:
-                continue
-            if test.grade_id in recheck.kept or test.grade_id in recheck.failed_before:
-                continue
-            earned = test.points if recheck.passed(test.grade_id) else 0.0
-            before = float(grade.score or 0.0)
-            if earned >= before - 1e-9:
-                continue  # the re-check only takes points away
-            grade.manual_score = earned
-            changes.append(f"{test.grade_id}: passed in the notebook's run but failed when re-checked, {earned:g} of "
-                           f"{test.points:g} points: {recheck.message(test.grade_id)}")
-        gb.db.commit()
-    return changes
-
-
-def _feedback_note(page: Path, changes: list[str]) -> None:
-    """Put the re-check's changes at the top of a feedback page."""
-    import html
-    try:
-        text = page.read_text(encoding="utf-8")
-    except OSError:
-        return
-    items = "".join(f"<li><pre style='white-space: pre-wrap'>{html.escape(line)}</pre></li>" for line in changes)
-    note = ("<div id='course-recheck' style='border: 2px solid #b00; padding: 0.5em 1em; margin: 1em'>"
-            "<h2>Re-checked by the grader</h2><p>Each exercise was graded again in a fresh process that ran only "
-            "your kernels and the answers your checks recorded, with the course's own checks. These grades "
-            "changed:</p><ul>" + items + "</ul></div>")
-    at = text.find("<body")
-    at = text.find(">", at) + 1 if at >= 0 else 0
-    page.write_text(text[:at] + note + text[at:], encoding="utf-8")
-
-
-def _prepare_course(workdir: Path, assignment: str, source_notebook: Path, timeout: int,
-                    sandbox: SandboxSettings, say: Callable[[str], None]) -> CourseDir:
-    """A fresh course directory whose gradebook knows the assignment."""
-    try:
-        course = CourseDir.create(workdir / "nbgrader", timeout, sandbox)
-    except FileExistsError as exc:
-        raise GradingError(str(exc)) from None
-    if kernels_folder().is_dir():
-        from course.tracks.table import graded_whole
-        whole = tuple(p.removeprefix("kernels/") for p in graded_whole(assignment[:2]))
-        write_kernels_without_solutions(kernels_folder(), course.kernels_view, whole)
-    course.add_source(assignment, source_notebook.parent)
-    say(f"generating {assignment} in {course.root}")
-    run = course.run("generate_assignment", assignment, "--force", log_file=course.root / "logs" / "generate_assignment.log")
-    if not run.ok:
-        raise GradingError(f"nbgrader could not generate {assignment}: {error_summary(run.log)}")
-    return course
-
-
-def _autograde_all(course: CourseDir, assignment: str, students: list[str], notebook_name: str, jobs: int,
-                   timeout: int, limit: float, say: Callable[[str], None], source: dict,
-                   sandbox: SandboxSettings) -> dict[str, _Run]:
-    """Autograde and re-check each student in processes of their own, ``jobs`` at a time; outcome by student."""
-    def grade_one(student: str) -> tuple[str, _Run]:
-        outcome = _autograde(course, assignment, student, notebook_name, timeout, limit)
-        if outcome.status.startswith("graded"):
-            outcome.recheck = _recheck(course, assignment, student, notebook_name, source, sandbox, limit)
-            outcome.wall_seconds += outcome.recheck.seconds
-        say(f"{student}: {outcome.status} ({outcome.wall_seconds:.1f} s)")
-        return student, outcome
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return dict(pool.map(grade_one, students))
-
-
-NO_SANDBOX_WARNING = ("WARNING: --no-sandbox: submissions run unconfined, as your user, with no resource limits. "
-                      "A submission can read the solutions and the instructor notebooks, write the gradebook, "
-                      "use the network, and exhaust this machine. Grade only code you trust this way.")
-
-
 def _check_sandbox(sandbox: SandboxSettings, say: Callable[[str], None]) -> None:
     if not sandbox.isolate:
         say(NO_SANDBOX_WARNING)
@@ -280,88 +78,263 @@ def _check_sandbox(sandbox: SandboxSettings, say: Callable[[str], None]) -> None
         raise GradingError(str(exc)) from None
 
 
+# ---------------------------------------------------------------------------------------------
+# The course directory of the run: made fresh, or resumed
+# ---------------------------------------------------------------------------------------------
+
+def _manifest(source_folder: Path, settings: GradingSettings) -> dict:
+    """What a run grades with; a re-run with the same resumes the earlier one."""
+    import fnmatch
+    h = hashlib.sha256()
+    for path in sorted(source_folder.rglob("*")):
+        relative = path.relative_to(source_folder)
+        if path.is_file() and not any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in IGNORED_FILES):
+            h.update(relative.as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return {"settings": settings.as_data(), "source": h.hexdigest()}
+
+
+def _prepare_course(workdir: Path, assignment: str, source_notebook: Path, settings: GradingSettings,
+                    say: Callable[[str], None]) -> CourseDir:
+    """A fresh course directory whose gradebook knows the assignment."""
+    try:
+        course = CourseDir.create(workdir / "nbgrader", settings.timeout, settings.sandbox)
+    except FileExistsError as exc:
+        raise GradingError(str(exc)) from None
+    if kernels_folder().is_dir():  # for a TA who runs nbgrader by hand in this directory
+        from course.tracks.table import graded_whole
+        whole = tuple(p.removeprefix("kernels/") for p in graded_whole(assignment[:2]))
+        write_kernels_without_solutions(kernels_folder(), course.kernels_view, whole)
+    course.add_source(assignment, source_notebook.parent)
+    say(f"generating {assignment} in {course.root}")
+    problem = nbgrader_in_process(course.root, settings, "generate_assignment", assignment,
+                                  log_file=course.root / "logs" / "generate_assignment.log")
+    if problem:
+        raise GradingError(f"nbgrader could not generate {assignment}: {problem}")
+    return course
+
+
+def _open_course(workdir: Path, source_notebook: Path, settings: GradingSettings, fresh: bool,
+                 say: Callable[[str], None]) -> tuple[CourseDir, bool]:
+    """(course directory, whether an earlier run is resumed)."""
+    root = workdir / "nbgrader"
+    wanted = _manifest(source_notebook.parent, settings)
+    try:
+        earlier = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = None
+    if earlier is not None and not fresh:
+        if earlier == wanted and (root / PRISTINE_GRADEBOOK).is_file() and (root / "gradebook.db").is_file():
+            say(f"resuming the grading in {root} (--fresh grades everyone again)")
+            return CourseDir(root), True
+        say(f"the assignment or the grading settings changed since the run in {root}: grading everyone again")
+    course = _prepare_course(workdir, settings.assignment, source_notebook, settings, say)
+    shutil.copyfile(course.root / "gradebook.db", course.root / PRISTINE_GRADEBOOK)
+    (course.root / MANIFEST).write_text(json.dumps(wanted, indent=1), encoding="utf-8")
+    return course, False
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the grading runs: threads of this process, or a Dask cluster (autograder.grade.cluster)
+# ---------------------------------------------------------------------------------------------
+
+class LocalRunner:
+    """``jobs`` students at a time, each in a thread of this process running :func:`grade_one`."""
+
+    label = "this machine"
+
+    def __init__(self, jobs: int, say: Callable[[str], None], watch: Callable[[dict], None] | None = None) -> None:
+        self.jobs = max(1, jobs)
+        self.say = say
+        self.watch = watch
+        self.base: Path | None = None
+        self.release: Any = None
+        self.bundle: Any = None
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def connect(self, settings: GradingSettings) -> None:
+        children.reopen()
+        _check_sandbox(settings.sandbox, self.say)
+
+    def start(self, bundle: ReleaseBundle) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="autograder-"))
+        self.bundle = bundle
+        self.release = prepared_release(bundle, self.base)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
+
+    def _grade(self, task: SubmissionTask) -> Any:
+        if self.watch is not None:
+            self.watch({"event": "started", "student": task.student_id, "worker": self.label, "pid": os.getpid()})
+        assert self.base is not None
+        return grade_one(task, self.release, self.base / "scratch")
+
+    def submit(self, task: SubmissionTask) -> concurrent.futures.Future:
+        assert self.pool is not None
+        return self.pool.submit(self._grade, task)
+
+    def as_completed(self, futures: Iterable[concurrent.futures.Future]) -> Iterator[concurrent.futures.Future]:
+        return concurrent.futures.as_completed(list(futures))
+
+    def failure(self, exc: BaseException) -> str:
+        return f"grading raised {type(exc).__name__}: {exc}"
+
+    def forget(self, future: concurrent.futures.Future) -> None:
+        pass
+
+    def abort(self) -> None:
+        """Stop every nbgrader run and re-check in flight; start no more."""
+        children.stop_all()
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        children.reopen()
+        if self.base is not None:
+            discard_release(self.bundle, self.base)
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _runner(cluster: str | None, jobs: int, say: Callable[[str], None], watch: Callable[[dict], None] | None) -> Any:
+    if cluster is None:
+        return LocalRunner(jobs, say, watch)
+    from autograder.grade.clusterspec import NO_DASK, parse_cluster
+    parse_cluster(cluster)  # a bad address is named even where Dask is missing
+    try:
+        from autograder.grade.cluster import ClusterRunner
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] in ("dask", "distributed"):
+            raise GradingError(NO_DASK) from None
+        raise
+    return ClusterRunner(cluster, say, watch)
+
+
+# ---------------------------------------------------------------------------------------------
+# The batch
+# ---------------------------------------------------------------------------------------------
+
+def _task(submission: Submission) -> SubmissionTask:
+    assert submission.notebook is not None
+    when = submission.submitted_at or datetime.fromtimestamp(submission.notebook.stat().st_mtime, timezone.utc)
+    return SubmissionTask(submission.student_id, submission.notebook.read_bytes(),
+                          when.strftime("%Y-%m-%d %H:%M:%S UTC"), submission.note or "")
+
+
+def _grade_pending(runner: Any, recorder: Recorder, pending: list[SubmissionTask], results: dict[str, StudentResult],
+                   max_score: float, say: Callable[[str], None]) -> None:
+    """Send ``pending`` to the runner and record each student as its grading completes."""
+    futures = {runner.submit(task): task for task in pending}
+    for future in runner.as_completed(list(futures)):
+        task = futures.pop(future)
+        try:
+            outcome = future.result()
+        except Exception as exc:  # noqa: BLE001 (one student's grading failing must not stop the batch)
+            runner.forget(future)
+            results[task.student_id] = StudentResult(task.student_id, 0.0, max_score,
+                                                     f"not graded: {runner.failure(exc)}; a re-run tries again")
+            say(f"{task.student_id}: {results[task.student_id].status}")
+            continue
+        runner.forget(future)  # a cluster would otherwise keep the result, and compute it again if its worker died
+        for line in outcome.messages:
+            say(line)
+        result = recorder.record(task, outcome)
+        results[task.student_id] = result
+        where = f" on {outcome.where}" if outcome.where else ""
+        say(f"{task.student_id}: {result.status} ({result.wall_seconds or 0:.1f} s{where})")
+
+
 def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: int = 1, timeout: int = 120, *,
                       solutions: Path = SOLUTIONS_DIR, csv_path: Path | None = None,
                       progress: Callable[[str], None] | None = None,
-                      sandbox: SandboxSettings | None = None) -> list[StudentResult]:
+                      sandbox: SandboxSettings | None = None, cluster: str | None = None, tier: str = "cpu",
+                      fresh: bool = False, watch: Callable[[dict], None] | None = None) -> list[StudentResult]:
     """Grade every submission in ``submissions`` (a folder of student folders, or a zip) for ``assignment``.
 
-    ``timeout`` is the limit per notebook cell in seconds; ``jobs`` students are graded at once.
-    ``sandbox`` confines each notebook's kernel (default: :class:`SandboxSettings`); grading refuses
-    to run when the sandbox cannot, unless ``sandbox.isolate`` is False.
+    ``timeout`` is the limit per notebook cell in seconds; ``jobs`` students are graded at once, or,
+    with ``cluster`` (a Dask scheduler address, or ``local:N``), as many as the cluster's workers take.
+    ``tier`` is ``cpu`` (in the sandbox, any worker) or ``gpu`` (a worker with the ``GPU`` resource;
+    needs ``sandbox.isolate`` False). ``sandbox`` confines each notebook's kernel (default:
+    :class:`SandboxSettings`); grading refuses to run when the sandbox cannot, unless ``sandbox.isolate``
+    is False. Students done in an earlier run into the same ``workdir`` with the same assignment and
+    settings are kept unless their submission changed or ``fresh`` is set. ``watch`` receives
+    ``{"event": "started", "student": ..., "worker": ..., "pid": ...}`` as each grading starts.
+
     The CSV goes to ``csv_path`` (default ``<workdir>/grades.csv``). Returns one result per row of
-    the CSV, sorted by student id. Raises :class:`GradingError` only when the pipeline cannot run.
+    the CSV, sorted by student id. Raises :class:`GradingError` only when the pipeline cannot run, and
+    KeyboardInterrupt after recording what finished (and writing the CSV) when interrupted.
     """
     say = progress or (lambda line: None)
     sandbox = sandbox or SandboxSettings()
     workdir = Path(workdir).resolve()
+    csv_path = Path(csv_path).resolve() if csv_path else workdir / "grades.csv"
     if not Path(submissions).exists():
         raise GradingError(f"{submissions} does not exist.")
     source_notebook = _assignment_notebook(Path(solutions).resolve(), assignment)
-    _check_sandbox(sandbox, say)
+    if tier not in TIERS:
+        raise GradingError(f"no tier '{tier}' (tiers: {', '.join(TIERS)}).")
+    if tier == "gpu" and sandbox.isolate:
+        raise GradingError(GPU_NEEDS_NO_SANDBOX)
     source = json.loads(source_notebook.read_text(encoding="utf-8"))
-    tests = _test_cells(source)
+    tests = graded_test_cells(source)
     test_ids = [t.grade_id for t in tests]
+    max_score = sum(t.points for t in tests)
     code_cells = sum(cell.get("cell_type") == "code" for cell in source.get("cells", []))
     # Per-cell limits are nbgrader's; this bounds a run that nbgrader itself cannot stop. A cell
     # can also cost a kill and a fresh kernel after its limit.
     wall_limit = (timeout + 30) * (code_cells + 1) + 120.0
+    settings = GradingSettings(assignment, source_notebook.name, timeout, wall_limit, sandbox, tier)
 
-    course = _prepare_course(workdir, assignment, source_notebook, timeout, sandbox, say)
-    # Every CUDA/Metal exercise links the same SIMT runtime object: build it once, here, where the
-    # course package is writable, instead of once per submission inside read-only sandboxes.
-    from course.simt.compiler import prebuild_runtime
-    prebuild_runtime()
+    runner = _runner(cluster, jobs, say, watch)
+    if cluster is not None and not sandbox.isolate:
+        say(NO_SANDBOX_WARNING)
     try:
-        found = collect(Path(submissions), course.root / "unpacked", assignment, source_notebook.name,
-                        exercise_ids(source))
-    except SubmissionsError as exc:
-        raise GradingError(str(exc)) from None
+        runner.connect(settings)
+        course, resumed = _open_course(workdir, source_notebook, settings, fresh, say)
+        recorder = Recorder(course, settings)
+        staging = course.root / "unpacked"
+        if staging.exists():
+            shutil.rmtree(staging)
+        try:
+            found = collect(Path(submissions), staging, assignment, source_notebook.name, exercise_ids(source))
+        except SubmissionsError as exc:
+            raise GradingError(str(exc)) from None
 
-    runs: dict[str, _Run] = {}
-    for submission in found:
-        if submission.notebook is None:
-            runs[submission.student_id] = _Run(submission.problem or "nothing to grade", 0.0)
-            say(f"{submission.student_id}: {runs[submission.student_id].status}")
-        else:
-            _import(course, submission, assignment, source_notebook.name)
-    gradable = [s.student_id for s in found if s.notebook is not None]
-    runs.update(_autograde_all(course, assignment, gradable, source_notebook.name, jobs, timeout, wall_limit, say,
-                               source, sandbox))
+        results: dict[str, StudentResult] = {}
+        tasks = {s.student_id: _task(s) for s in found if s.notebook is not None}
+        done = recorder.entries()
+        for student, entry in done.items():
+            if student not in tasks or entry.get("digest") != tasks[student].digest:
+                recorder.forget(student)  # handed in something else since, or nothing gradable
+        for submission in found:
+            student = submission.student_id
+            if submission.notebook is None:
+                results[student] = StudentResult(student, 0.0, max_score, submission.problem or "nothing to grade")
+                say(f"{student}: {results[student].status}")
+            elif student in done and done[student].get("digest") == tasks[student].digest:
+                results[student] = recorder.result(done[student])
+                say(f"{student}: {results[student].status} (recorded by an earlier run)")
+        pending = [task for student, task in tasks.items() if student not in results]
+        for task in pending:
+            recorder.hand_in(task)
+        if resumed:
+            kept = len(tasks) - len(pending)
+            say(f"{kept} student{'s' * (kept != 1)} already graded, {len(pending)} to grade")
+        try:
+            if pending:
+                runner.start(ReleaseBundle.pack(course, course.root / PRISTINE_GRADEBOOK, settings))
+                _grade_pending(runner, recorder, pending, results, max_score, say)
+        except KeyboardInterrupt:
+            runner.abort()
+            for task in pending:
+                results.setdefault(task.student_id, StudentResult(task.student_id, 0.0, max_score, INTERRUPTED))
+            write_csv(csv_path, [results[s.student_id] for s in found], assignment, test_ids)
+            left = sum(r.status == INTERRUPTED for r in results.values())
+            say(f"interrupted: {len(tasks) - left} of {len(tasks)} students are graded and recorded in {course.root}; "
+                f"run the same command again to grade the other {left}")
+            raise
+    finally:
+        runner.close()
 
-    graded = {s for s in gradable if runs[s].status.startswith("graded")}
-    changes = {s: _apply_recheck(course, assignment, s, source_notebook.stem, tests, runs[s].recheck)
-               for s in graded if runs[s].recheck is not None}
-    if graded:
-        feedback_log = course.root / "logs" / "generate_feedback.log"
-        run = course.run("generate_feedback", assignment, "--force", log_file=feedback_log)
-        if not run.ok:
-            say(f"feedback: {error_summary(run.log)} (see {feedback_log})")
-
-    notes = {s.student_id: s.note for s in found if s.note}
-    results = []
-    for student in (s.student_id for s in found):
-        run = runs[student]
-        if student in notes and student in graded:
-            run.status += f"; {notes[student]}"
-        result = StudentResult(student, 0.0, sum(t.points for t in tests), run.status, tier=run.tier,
-                               crashes=run.crashes, wall_seconds=run.wall_seconds if student in gradable else None)
-        if student in graded:
-            result.recheck = changes.get(student, [])
-            if runs[student].recheck is not None:
-                result.recheck_seconds = runs[student].recheck.seconds
-                result.not_rechecked = list(runs[student].recheck.kept)
-            if result.recheck:
-                result.status += f"; the re-check changed {len(result.recheck)} test grade{'s' * (len(result.recheck) != 1)}"
-            scores = _scores(course, assignment, student, set(test_ids))
-            if scores is None:
-                result.status = "failed: nbgrader recorded no grades for this submission"
-            else:
-                result.score, result.cells = scores
-            html = course.feedback(student, assignment) / f"{source_notebook.stem}.html"
-            result.feedback_html = html if html.exists() else None
-            if result.feedback_html and result.recheck:
-                _feedback_note(html, result.recheck)
-        results.append(result)
-    write_csv(csv_path or workdir / "grades.csv", results, assignment, test_ids)
-    return results
+    ordered = [results[s.student_id] for s in found]
+    write_csv(csv_path, ordered, assignment, test_ids)
+    return ordered

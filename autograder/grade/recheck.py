@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.children import death_signal_prefix, stop_group, tracked
 from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
-from course.processes import stop_group
 
 __all__ = ["Recheck", "answer_cells", "build_job", "grades_through_course", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
 
@@ -225,14 +225,17 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     try:
         with open(log, "w") as sink:
             # A session of its own: on a timeout the whole sandbox (and any compiler it started) goes.
-            proc = subprocess.Popen(argv, cwd=workdir, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=time_limit)
-            except subprocess.TimeoutExpired:
-                stop_group(proc)
-                return Recheck(problem=f"the re-check ran past {time_limit:g} s and was stopped",
-                               seconds=time.monotonic() - started)
+            # The sandbox dies with this process (bubblewrap's --die-with-parent); unconfined, setpriv sees to it.
+            prefix = [] if settings.isolate else death_signal_prefix()
+            proc = subprocess.Popen([*prefix, *argv], cwd=workdir, stdout=sink, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            with tracked(proc):
+                try:
+                    proc.wait(timeout=time_limit)
+                except subprocess.TimeoutExpired:
+                    stop_group(proc)
+                    return Recheck(problem=f"the re-check ran past {time_limit:g} s and was stopped",
+                                   seconds=time.monotonic() - started)
     except OSError as exc:
         return Recheck(problem=f"the re-check could not start ({exc})", seconds=time.monotonic() - started)
     if not result.exists():
