@@ -41,9 +41,12 @@ def kernels_copy(tmp_path) -> Path:
     return target
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def deck_page():
-    """One headless Chromium page at the decks' 16:9 size, reused by every browser test."""
+    """One headless Chromium page at the decks' 16:9 size, reused by the browser tests of a module.
+
+    Module scope, as the lesson browser tests' fixture: pytest ends a module's fixtures before the next
+    module's tests, so two Playwright sync instances (which cannot share a thread) never overlap in a worker."""
     executable = require_browser_tools()
     from playwright.sync_api import sync_playwright
 
