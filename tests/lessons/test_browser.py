@@ -74,7 +74,7 @@ _TEXTS = "cell => Array.from(cell.querySelectorAll('.widget-html, .widget-output
 def check_slider_redraws_plot(page, cell=None) -> None:
     """The cell's first slider (by default, the notebook's first slider) sits above a plot, and one step of the
     slider redraws the plot (and its text)."""
-    from playwright.sync_api import expect
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
 
     slider_selector = ".jupyter-widgets.widget-slider"
     if cell is None:
@@ -100,7 +100,12 @@ def check_slider_redraws_plot(page, cell=None) -> None:
                            arg=[cell.element_handle(), plots_before], timeout=60_000)
     expect(plot).to_be_visible()
     if any(t.strip() for t in texts_before):
-        assert cell.evaluate(_TEXTS) != texts_before, "the plot changed but the text beside it did not"
+        # The plot and the text arrive as separate widget messages, in either order: wait for the text too.
+        try:
+            page.wait_for_function(f"([cell, before]) => JSON.stringify(({_TEXTS})(cell)) !== JSON.stringify(before)",
+                                   arg=[cell.element_handle(), texts_before], timeout=30_000)
+        except PlaywrightTimeout:
+            raise AssertionError("the plot changed but the text beside it did not, within 30 s") from None
 
 
 def full_notebook_screenshot(page, path) -> None:
