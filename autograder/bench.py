@@ -1,5 +1,6 @@
-"""Cluster grading throughput: one batch, graded on clusters of different sizes, every grade accounted for.
+"""Grading throughput: one batch, graded with different numbers of jobs or workers, every grade accounted for.
 
+    .venv/bin/python -m autograder.bench --jobs 1 2 --count 100
     .venv/bin/python -m autograder.bench --cluster local:1 local:2 --count 12
     .venv/bin/python -m autograder.bench --cluster tcp://scheduler:8786 --count 200 --jobs 2
 
@@ -56,7 +57,7 @@ def _machine() -> str:
 
 def run(assignment: str, count: int, clusters: list[str], jobs: list[int], workdir: Path, timeout: int) -> list[dict]:
     from autograder.grade.pipeline import grade_submissions
-    from autograder.grade.throughput import _gradebook_rows, _verify, make_submissions
+    from autograder.grade.throughput import gradebook_rows, make_submissions, verify
 
     subs = workdir / "submissions"
     students = make_submissions(assignment, count, subs)
@@ -68,7 +69,7 @@ def run(assignment: str, count: int, clusters: list[str], jobs: list[int], workd
         start = time.perf_counter()
         results = grade_submissions(subs, assignment, target, timeout=timeout, **options)
         seconds = time.perf_counter() - start
-        problems = _verify(results, students, _gradebook_rows(target, assignment))
+        problems = verify(results, students, gradebook_rows(target, assignment))
         rows.append(dict(where=where, flag=flag, workers=workers, seconds=seconds, per_minute=60 * count / seconds,
                          problems=problems))
         print(f"{flag}: {count} submissions in {seconds:.0f} s = {60 * count / seconds:.1f} per minute; "
