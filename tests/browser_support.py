@@ -10,7 +10,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from course.slides.pdf import chromium_path  # the one place that finds the browser (the slides print with it)
 
 REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "test-output" / "browser"
@@ -41,12 +42,6 @@ LAB_SETTINGS = {
         {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
-
-
-def chromium_path() -> str | None:
-    if os.access("/usr/bin/chromium", os.X_OK):
-        return "/usr/bin/chromium"
-    return shutil.which("chromium")
 
 
 def require_browser_tools() -> str:
