@@ -109,14 +109,18 @@ def _sequences(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
 
 
 def train_losses(attention: Callable[..., torch.Tensor], steps: int = 8, seed: int = 0, batch: int = 4,
-                 length: int = 24) -> list[float]:
+                 length: int = 24, device: str | torch.device | None = None) -> list[float]:
     """Next-token cross-entropy of each training step of a fresh TinyAttentionModel using ``attention``.
 
     Same seed, same initial weights and data for any ``attention``: two attentions that compute the same
-    function with the same gradients give the same losses, step for step, up to float rounding."""
+    function with the same gradients give the same losses, step for step, up to float rounding. The model
+    and its data live on ``device``, by default the tier's (:func:`course.tiers.device`): the GPU where
+    the course's kernels run natively. The weights are drawn on the CPU first, so every device starts alike."""
+    from course.tiers import device as tier_device
+    device = tier_device() if device is None else device
     torch.manual_seed(seed)
-    model = TinyAttentionModel(attention)
-    tokens = _sequences(batch, length + 1, 16, seed)
+    model = TinyAttentionModel(attention).to(device)
+    tokens = _sequences(batch, length + 1, 16, seed).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
     for _ in range(steps):

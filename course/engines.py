@@ -58,6 +58,8 @@ class Report:
     worst_ratio: float = 0.0
     tier: str = ""
     notes: list[str] = field(default_factory=list)
+    seconds: float | None = None
+    """How long the check took, shown on the GPU tier (where a check must answer in seconds); None elsewhere."""
 
     def __bool__(self) -> bool:
         return True
@@ -69,7 +71,8 @@ class Report:
         line = f"✓ {self.exercise}: {self.cases} case{'s' * (self.cases != 1)} passed"
         if self.worst_ratio:
             line += f" (worst error {self.worst_ratio:.2f}× of budget)"
-        return line + (f" on the {self.tier}" if self.tier else "")
+        line += f" on the {self.tier}" if self.tier else ""
+        return line + (f" in {self.seconds:.1f} s" if self.seconds is not None else "")
 
 
 @contextlib.contextmanager

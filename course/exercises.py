@@ -7,6 +7,7 @@ learner runs and what the grader runs can never disagree.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -1060,8 +1061,13 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
             and not isinstance(candidate, Replay)):
         # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
         recorder = graded = Recorder(exercise, candidate, getattr(candidate, "__name__", exercise))
+    from course.tracks.triton import autotune
+    started = time.perf_counter()
     try:
-        with quiet():  # no library warning about a wrong answer's overflow lands above the diagnosis
+        # A check grades correctness on each kernel's check config: it never autotunes (an autotuner times
+        # configs, which is a benchmark's work, and its buffers would count as the learner's), even when
+        # the caller is inside course.tracks.triton.autotune().
+        with quiet(), autotune(False):  # and no library warning about a wrong answer lands above the diagnosis
             if chosen.isolated:
                 report = run_isolated(lambda: chosen.run(graded, **options), exercise)
             else:
@@ -1072,7 +1078,13 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     finally:
         if recorder is not None:
             emit(recorder)
+    if report.tier and not tiers.triton_interpreted() and isinstance(report, Report):
+        report.seconds = time.perf_counter() - started  # on a GPU a check must answer in seconds: show it
     print(report)
+    if chosen.takes == "kernel module":  # on a GPU machine, the same kernel on the GPU: a line, never points
+        from course.tracks.cuda_gpu import gpu_note
+        if note := gpu_note(exercise, candidate):
+            print(note)
     if measured_with is not None:
         print(agreed)
     return report

@@ -51,14 +51,22 @@ class Case:
         text = f"{shape} ({', '.join(extras)})"
         return text if scale is None else f"{text} with scale={float(scale)!r}"
 
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return make_qkv(self.n_q, self.d, n_k=self.n_k, kind=self.kind, dtype=self.dtype, batch=self.batch, seed=self.seed)
+    def tensors(self, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V of the case (see :func:`make_qkv`): on the CPU, where the float64 oracle runs, unless
+        ``device`` says otherwise; ``device=course.tiers.device()`` for tensors a Triton kernel reads."""
+        return make_qkv(self.n_q, self.d, n_k=self.n_k, kind=self.kind, dtype=self.dtype, batch=self.batch,
+                        seed=self.seed, device=device)
 
 
 def make_qkv(n_q: int, d: int, *, n_k: int | None = None, kind: Kind = "normal", dtype: torch.dtype = torch.float32,
              batch: tuple[int, ...] = (), seed: int = 0, device: str | torch.device = "cpu"
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Q (…, Nq, D), K and V (…, Nk, D), contiguous, reproducible from ``seed``."""
+    """Q (…, Nq, D), K and V (…, Nk, D), contiguous, reproducible from ``seed`` (the values do not depend on
+    ``device``: they are drawn on the CPU, then moved).
+
+    ``device`` is where they are put: the CPU by default (the float64 oracle, the CPU runtime of CUDA C and
+    Metal); ``device=course.tiers.device()`` for tensors a Triton kernel reads, which on the GPU tier
+    must be in GPU memory."""
     n_k = n_q if n_k is None else n_k
     if n_q < 1 or n_k < 1 or d < 1:
         raise ValueError(f"sizes must be positive; got Nq={n_q}, Nk={n_k}, D={d}")

@@ -44,8 +44,16 @@ def triton_interpreted() -> bool:
 
 
 def device() -> str:
-    """Where exercise tensors live: 'cuda' on the GPU tier, 'cpu' otherwise."""
-    return "cpu" if triton_interpreted() or _cuda_gpu() is None else "cuda"
+    """The device the tier's tensors live on: ``"cuda"`` on the GPU tier (Triton compiles for the GPU and reads
+    GPU memory only), ``"cpu"`` on the CPU tier (Triton's interpreter). Every tensor a Triton kernel reads is
+    made with ``device=course.tiers.device()`` (or moved there), in checks, tests and notebooks alike.
+
+    Inside :func:`course.device_guard.gpu_device_rules` the CPU tier's ``"cpu"`` remembers it was asked
+    for, so a tensor made without asking is caught before the GPU tier would fail on it."""
+    if triton_interpreted() or _cuda_gpu() is None:
+        from course import device_guard
+        return device_guard.TierDevice("cpu") if device_guard.active() else "cpu"
+    return "cuda"
 
 
 def active_tier() -> str:

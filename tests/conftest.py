@@ -1,4 +1,20 @@
-"""Shared fixtures. Importing course first puts Triton in interpreter mode on CPU machines."""
+"""Shared fixtures, and the two suites: the CPU suite (``make test``) and the GPU suite (``make test-gpu``).
+
+Importing course first puts Triton in interpreter mode on CPU machines. The CPU suite runs on the CPU
+tier (``COURSE_TIER=cpu`` unless the caller sets it), on any machine. ``COURSE_TEST_TIER=gpu`` runs the
+GPU suite instead: ``COURSE_TIER=auto``, so Triton compiles for the GPU, and only the tests marked
+``gpu`` (the ones that mean something there) are collected; on a machine without a CUDA GPU it stops
+at once with one sentence.
+
+Markers:
+
+- ``gpu``: the test means something on a GPU, and builds its tensors on the tier's device
+  (``course.tiers.device()``). Whole files that are about the GPU tier get it here (``_GPU_FILES``).
+- ``tier_devices``: on the CPU tier the test runs under :func:`course.device_guard.gpu_device_rules`, so a
+  tensor made without the tier's device fails here, not on a GPU.
+- ``cpu_tier(reason)``: a fact about the CPU tier (the interpreter's race detector, its bounds checks,
+  the wrong-kernel corpus's diagnoses); skipped on the GPU tier with the reason.
+"""
 from __future__ import annotations
 
 import os
@@ -7,10 +23,43 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("COURSE_TIER", "cpu")
+GPU_SUITE = os.environ.get("COURSE_TEST_TIER", "cpu").strip().lower() == "gpu"
+if GPU_SUITE:
+    os.environ["COURSE_TIER"] = "auto"
+else:
+    os.environ.setdefault("COURSE_TIER", "cpu")
 import course  # noqa: E402,F401  (must precede any @triton.jit definition)
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Files about the GPU tier as a whole, whose own tests skip what this machine cannot run.
+_GPU_FILES = ("tests/simt/test_simt_gpu.py",)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: means something on a GPU; collected by the GPU suite (make test-gpu)")
+    config.addinivalue_line("markers", "tier_devices: on the CPU tier, runs under the GPU's device rules "
+                                       "(course.device_guard)")
+    config.addinivalue_line("markers", "cpu_tier(reason): a fact about the CPU tier, skipped on the GPU tier")
+    if GPU_SUITE and course.tiers.device() != "cuda":
+        found = course.tiers.active_tier()
+        pytest.exit(f"COURSE_TEST_TIER=gpu runs the GPU suite, which needs a CUDA GPU that PyTorch can see and native "
+                    f"Triton, but this machine grades on the {found}; run `make test` for the CPU suite.", returncode=3)
+
+
+@pytest.fixture(autouse=True)
+def _tier_rules(request):
+    """cpu_tier tests skip on the GPU tier; tier_devices tests run under the GPU's device rules on the CPU tier."""
+    cpu_only = request.node.get_closest_marker("cpu_tier")
+    on_gpu = course.tiers.device() == "cuda"
+    if cpu_only is not None and on_gpu:
+        pytest.skip(cpu_only.args[0] if cpu_only.args else "a fact about the CPU tier (Triton's interpreter)")
+    if request.node.get_closest_marker("tier_devices") is None or cpu_only is not None or on_gpu:
+        yield
+        return
+    from course.device_guard import gpu_device_rules
+    with gpu_device_rules():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +79,15 @@ def pytest_collection_modifyitems(config, items):
     The suite runs on two workers that steal work from each other (`make test`: --dist worksteal); a worker
     can only steal tests not yet started, so a minute-long test that starts last keeps the other worker
     idle for that minute. Starting the long ones first leaves quick tests to even out the end."""
+    for item in items:
+        if any(item.nodeid.startswith(path) for path in _GPU_FILES):
+            item.add_marker(pytest.mark.gpu)
+    if GPU_SUITE:  # the GPU suite: only what means something on a GPU
+        keep = [item for item in items if item.get_closest_marker("gpu")]
+        dropped = [item for item in items if not item.get_closest_marker("gpu")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
     items.sort(key=lambda item: 0 if item.get_closest_marker("slow") or item.get_closest_marker("browser") else 1)
 
 

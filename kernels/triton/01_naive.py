@@ -73,6 +73,11 @@ def naive_attention_kernel(
 BLOCK_KEYS = 32  # keys per step: large enough to use a GPU's lanes, small enough to stay in registers at D = 128
 
 
+def check_config(head_dim: int, dtype: torch.dtype) -> triton.Config:
+    """How this kernel is launched, on the CPU tier and on a GPU alike (the compile gate compiles the same)."""
+    return triton.Config({"BLOCK_N": BLOCK_KEYS}, num_warps=4, num_stages=3)
+
+
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """softmax(scale · Q Kᵀ) V for Q (Nq, D) and K, V (Nk, D), one Triton program per query row."""
     if q.dim() != 2 or k.dim() != 2 or v.dim() != 2:
@@ -88,6 +93,6 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     naive_attention_kernel[(n_q,)](
         q, k, v, o, k.shape[0], d, scale,
         q.stride(0), k.stride(0), v.stride(0), o.stride(0),
-        BLOCK_N=BLOCK_KEYS, BLOCK_D=triton.next_power_of_2(d),
+        BLOCK_D=triton.next_power_of_2(d), **check_config(d, q.dtype).all_kwargs(),
     )
     return o

@@ -122,6 +122,22 @@ def merge_kernel(m_a_ptr, l_a_ptr, m_b_ptr, l_b_ptr, m_ptr, l_ptr, n, BLOCK: tl.
 
 
 BLOCK_COLS = 128  # columns per step: a fixed window, whatever the row length
+MERGE_BLOCK = 1024  # states per program of the elementwise merge
+
+
+def check_config(head_dim: int, dtype: torch.dtype) -> dict[str, triton.Config]:
+    """How each kernel of this file is launched, on the CPU tier and on a GPU alike (the compile gate
+    compiles the same). ``head_dim`` and ``dtype`` change nothing here: the windows are fixed."""
+    return {"online_softmax_kernel": triton.Config({"BLOCK": BLOCK_COLS}, num_warps=4, num_stages=3),
+            "partial_states_kernel": triton.Config({"BLOCK": BLOCK_COLS}, num_warps=4, num_stages=3),
+            "merge_kernel": triton.Config({"BLOCK": MERGE_BLOCK}, num_warps=4, num_stages=3),
+            "online_attention_kernel": triton.Config({"BLOCK_N": BLOCK_KEYS}, num_warps=4, num_stages=3)}
+
+
+def _launch(kernel: str, block: int | None = None) -> dict:
+    """The keyword arguments of ``kernel``'s launch: its check config, with BLOCK replaced when one is given."""
+    config = check_config(0, torch.float32)[kernel].all_kwargs()
+    return config if block is None else dict(config, BLOCK=block)
 
 
 def _rows(x: torch.Tensor, what: str) -> torch.Tensor:
@@ -137,16 +153,17 @@ def _rows(x: torch.Tensor, what: str) -> torch.Tensor:
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).contiguous()
 
 
-def online_softmax(x: torch.Tensor, block: int = BLOCK_COLS) -> torch.Tensor:
+def online_softmax(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
     """Softmax over the last dimension of x (..., N), one program per row; output in x's dtype."""
     rows = _rows(x, "online_softmax")
     y = torch.empty_like(rows)
     if rows.shape[0]:
-        online_softmax_kernel[(rows.shape[0],)](rows, y, rows.shape[1], rows.stride(0), y.stride(0), BLOCK=block)
+        online_softmax_kernel[(rows.shape[0],)](rows, y, rows.shape[1], rows.stride(0), y.stride(0),
+                                                **_launch("online_softmax_kernel", block))
     return y.reshape(x.shape)
 
 
-def partial_states(x: torch.Tensor, n_splits: int, block: int = BLOCK_COLS) -> tuple[torch.Tensor, torch.Tensor]:
+def partial_states(x: torch.Tensor, n_splits: int, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(m, l), float32 tensors of shape (..., n_splits): the summaries of n_splits contiguous chunks
     of ceil(N / n_splits) columns of each row (a chunk past the end of the row is empty: m = -inf, l = 0)."""
     rows = _rows(x, "partial_states")
@@ -157,7 +174,8 @@ def partial_states(x: torch.Tensor, n_splits: int, block: int = BLOCK_COLS) -> t
     l = torch.empty_like(m)
     if n_rows:
         chunk = triton.cdiv(n_cols, n_splits)
-        partial_states_kernel[(n_rows, n_splits)](rows, m, l, n_cols, chunk, rows.stride(0), m.stride(0), BLOCK=block)
+        partial_states_kernel[(n_rows, n_splits)](rows, m, l, n_cols, chunk, rows.stride(0), m.stride(0),
+                                                  **_launch("partial_states_kernel", block))
     shape = tuple(x.shape[:-1]) + (n_splits,)
     return m.reshape(shape), l.reshape(shape)
 
@@ -176,8 +194,7 @@ def merge(m_a: torch.Tensor, l_a: torch.Tensor, m_b: torch.Tensor, l_b: torch.Te
     l = torch.empty_like(flat[0])
     n = m.numel()
     if n:
-        block = 1024
-        merge_kernel[(triton.cdiv(n, block),)](*flat, m, l, n, BLOCK=block)
+        merge_kernel[(triton.cdiv(n, MERGE_BLOCK),)](*flat, m, l, n, **_launch("merge_kernel"))
     return m.reshape(m_a.shape), l.reshape(m_a.shape)
 # endregion: online_softmax
 
@@ -245,7 +262,7 @@ def online_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
         online_attention_kernel[(n_q,)](
             q, k, v, o, k.shape[0], d, scale,
             q.stride(0), k.stride(0), v.stride(0), o.stride(0),
-            BLOCK_N=BLOCK_KEYS, BLOCK_D=triton.next_power_of_2(d),
+            BLOCK_D=triton.next_power_of_2(d), **_launch("online_attention_kernel"),
         )
     return o
 # endregion: online_attention

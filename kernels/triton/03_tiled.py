@@ -88,6 +88,16 @@ def tiled_attention_kernel(
     # endregion: write_o_and_lse
 
 
+def check_config(head_dim: int, dtype: torch.dtype) -> triton.Config:
+    """The one launch configuration of this kernel, on both tiers: checks, tests and notebooks run it, the
+    compile gate compiles it. Square tiles of 64 rows up to D = 64; past that a GPU holds the tiles in
+    registers, and 32-row tiles avoid spilling. Each pipeline stage holds a K and a V tile in shared
+    memory: with 256-wide fp32 rows, three stages need more than an A100's 163 KiB per block, two fit."""
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    block = 64 if block_d <= 64 else 32
+    return triton.Config({"BLOCK_M": block, "BLOCK_N": block}, num_warps=4, num_stages=2 if block_d > 128 else 3)
+
+
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale · Q Kᵀ) V and its row log-sum-exp, for Q (..., Nq, D) and K, V (..., Nk, D).
@@ -105,18 +115,12 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     o = torch.empty_like(q3)
     lse = torch.empty(z, n_q, dtype=torch.float32, device=q.device)
     if z and n_q:
-        block_d = max(16, triton.next_power_of_2(d))
-        # The interpreter runs one numpy call per tile operation: bigger tiles, fewer Python steps.
-        # On a GPU the tiles are held in registers; past D = 64 smaller tiles avoid spilling.
-        block = 64 if block_d <= 64 or not q.is_cuda else 32
-        grid = (triton.cdiv(n_q, block), z)
+        config = check_config(d, q.dtype)
+        grid = (triton.cdiv(n_q, config.kwargs["BLOCK_M"]), z)
         tiled_attention_kernel[grid](
             q3, k3, v3, o, lse, n_q, n_k, d, scale,
             q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
             o.stride(0), o.stride(1), lse.stride(0),
-            BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d,
-            # Each pipeline stage holds a K and a V tile in shared memory: with 256-wide fp32 rows,
-            # three stages need more than an A100's 163 KiB per block, two fit.
-            num_stages=2 if block_d > 128 else 3,
+            BLOCK_D=max(16, triton.next_power_of_2(d)), **config.all_kwargs(),
         )
     return o.reshape(*batch, n_q, d), lse.reshape(*batch, n_q)

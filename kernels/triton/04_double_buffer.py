@@ -29,37 +29,38 @@
 #               vectorised loads. The price: base address and row strides must be multiples of 16 bytes.
 #
 # Which BLOCK_M, BLOCK_N, num_warps and num_stages is fastest depends on the GPU, D and the
-# sequence lengths, so @triton.autotune times a few configurations the first time it sees a new
-# (Nq, Nk, D, dtype) and reuses the winner. The softmax is also done in base 2: exp(x) = 2^(x·log2 e),
+# sequence lengths, so a benchmark hands the launch to @triton.autotune, which times a few
+# configurations the first time it sees a new (Nq, Nk, D, dtype) and reuses the winner. A check
+# never times anything: it runs check_config, one configuration known to compile and fit. The softmax is also done in base 2: exp(x) = 2^(x·log2 e),
 # and exp2 is the instruction the hardware actually has; log2 e is folded into the softmax scale,
 # so the base change costs nothing. Only the LSE is converted back to natural-log units at the end.
 #
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 04 --track triton
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from course.tracks.common import check_qkv
+from course.tracks.triton import autotuning
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
 
 
-def _interpreted() -> bool:
-    """True on the CPU tier, where `import course` has switched Triton to its interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")  # as course.tiers.triton_interpreted()
+def check_config(head_dim: int, dtype: torch.dtype) -> triton.Config:
+    """The launch configuration of checks, tests and notebooks, on both tiers (the compile gate compiles
+    it): 64 query rows, 32 keys, 4 warps, double buffering. Only 256-wide fp32 rows are too big for it
+    (Q, and two stages of K and V, would pass an A100's 163 KiB of shared memory): one stage of 32 x 32."""
+    if max(16, triton.next_power_of_2(head_dim)) > 128 and dtype == torch.float32:
+        return triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)
+    return triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
 
 
 def _configs() -> list[triton.Config]:
-    if _interpreted():
-        # The interpreter cannot time anything (and ignores warps and stages): one config, with
-        # tiles big enough that the Python-level loop stays short.
-        return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=1)]
-    # A small search (every config is compiled and timed once per new key): 4 warps for 64 query
-    # rows, 8 warps for 128 so each thread holds about as much of the tile; 2 or 3 stages.
+    # The benchmarks' search (every config is compiled and timed once per new key): 4 warps for 64
+    # query rows, 8 warps for 128 so each thread holds about as much of the tile; 2 or 3 stages.
     configs = [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4 if bm == 64 else 8, num_stages=s)
         for bm in (64, 128) for bn in (32, 64) for s in (2, 3)
@@ -69,7 +70,6 @@ def _configs() -> list[triton.Config]:
     return configs
 
 
-@triton.autotune(configs=_configs(), key=["N_CTX_Q", "N_CTX_K", "HEAD_DIM"])
 @triton.jit
 def pipelined_attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,   # Q, O (Z, Nq, Dp); K, V (Z, Nk, Dp); LSE (Z, Nq) float32
@@ -77,8 +77,8 @@ def pipelined_attention_kernel(
     qk_scale,                              # softmax scale · log2(e)
     stride_qz, stride_qm, stride_kz, stride_kn, stride_vz, stride_vn, stride_oz, stride_om, stride_lz,
     BLOCK_D: tl.constexpr,                 # D rounded up to a power of two, at least 16
-    BLOCK_M: tl.constexpr,                 # chosen by the autotuner
-    BLOCK_N: tl.constexpr,                 # chosen by the autotuner
+    BLOCK_M: tl.constexpr,                 # check_config's, or the autotuner's choice
+    BLOCK_N: tl.constexpr,
 ):
     z = tl.program_id(1).to(tl.int64)
     start_m = tl.program_id(0) * BLOCK_M
@@ -130,6 +130,11 @@ def pipelined_attention_kernel(
     # endregion: write_o_and_lse
 
 
+# The same kernel behind an autotuner, for the benchmarks (course.tracks.triton.autotune).
+pipelined_attention_tuned = triton.autotune(configs=_configs(), key=["N_CTX_Q", "N_CTX_K", "HEAD_DIM"])(
+    pipelined_attention_kernel)
+
+
 def _descriptor_ready(t: torch.Tensor, d: int) -> torch.Tensor:
     """t (Z, N, d) laid out as a descriptor needs it: 16-byte aligned base and row stride.
 
@@ -155,7 +160,7 @@ def pipelined_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """softmax(scale · Q Kᵀ) V and its row log-sum-exp, for Q (..., Nq, D) and K, V (..., Nk, D).
 
     Returns O (..., Nq, D) in q's dtype and LSE (..., Nq) in float32. Tile sizes, warps and pipeline
-    depth are picked by the autotuner (one fixed choice on the CPU interpreter).
+    depth are check_config's, or the autotuner's inside course.tracks.triton.autotune() (the benchmarks).
     """
     check_qkv("pipelined_attention", q, k, v)
     *batch, n_q, d = q.shape
@@ -170,13 +175,17 @@ def pipelined_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             # Descriptors built inside a kernel live in a small global-memory scratch area per
             # program; Triton asks the allocator for it at launch.
             triton.set_allocator(_cuda_scratch)
-        grid = lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), z)  # noqa: E731  (BLOCK_M is the autotuner's)
-        pipelined_attention_kernel[grid](
-            q3, k3, v3, o, lse, n_q, n_k, d, scale * LOG2E,
-            q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
-            o.stride(0), o.stride(1), lse.stride(0),
-            BLOCK_D=max(16, triton.next_power_of_2(d)),
-        )
+        args = (q3, k3, v3, o, lse, n_q, n_k, d, scale * LOG2E,
+                q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1),
+                o.stride(0), o.stride(1), lse.stride(0))
+        block_d = max(16, triton.next_power_of_2(d))
+        if autotuning():  # a benchmark: the autotuner times its configs and picks BLOCK_M, BLOCK_N, warps, stages
+            grid = lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), z)  # noqa: E731
+            pipelined_attention_tuned[grid](*args, BLOCK_D=block_d)
+        else:             # a check, a test, a notebook: the one known-good configuration, nothing timed
+            config = check_config(d, q.dtype)
+            grid = (triton.cdiv(n_q, config.kwargs["BLOCK_M"]), z)
+            pipelined_attention_kernel[grid](*args, BLOCK_D=block_d, **config.all_kwargs())
     if o.shape[-1] != d:
         o = o[..., :d].contiguous()
     return o.reshape(*batch, n_q, d), lse.reshape(*batch, n_q)

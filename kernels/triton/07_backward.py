@@ -210,25 +210,25 @@ def dq_kernel(
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _config(head_dim: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Block sizes and launch options for the three kernels.
+def check_config(head_dim: int, dtype: torch.dtype) -> dict[str, triton.Config]:
+    """Block sizes and launch options of the three kernels: fixed, the same on the CPU tier and on a GPU (the
+    compile gate compiles them; nothing is autotuned).
 
-    On the CPU (the interpreter) every loop iteration is Python-level overhead, so blocks are big and
-    there is one config. On a GPU the dK/dV kernel holds K, V, dK and dV (4 × BLOCK_N × D) in registers,
-    so BLOCK_N shrinks as D grows; fp32 tiles are twice the bytes, so they get half the block.
+    Not autotuned on purpose: an autotuner re-runs a launch to time it, which in atomic mode would add dQ
+    several times unless the buffer were zeroed before every run. The dK/dV kernel holds K, V, dK and dV
+    (4 × BLOCK_N × D) in registers, so the blocks shrink as D grows; fp32 tiles are twice the bytes, so
+    they get half the block.
     """
-    if device.type == "cpu":
-        return dict(pre_m=64, kv_m=64, kv_n=64, q_m=64, q_n=64, warps=4, stages=1)
-    # GPU: fixed sizes, conservative on registers (not autotuned: an autotuner re-runs the launch to time
-    # it, which in atomic mode would add dQ several times unless the buffer is re-zeroed between runs).
     half = 2 if dtype == torch.float32 else 1
     if head_dim <= 64:
-        cfg = dict(kv_m=32, kv_n=64 // half, q_m=64 // half, q_n=32, warps=4, stages=3)
+        kv_m, kv_n, q_m, q_n, warps, stages = 32, 64 // half, 64 // half, 32, 4, 3
     elif head_dim <= 128:
-        cfg = dict(kv_m=32, kv_n=64 // half, q_m=64 // half, q_n=32, warps=8, stages=2)
+        kv_m, kv_n, q_m, q_n, warps, stages = 32, 64 // half, 64 // half, 32, 8, 2
     else:
-        cfg = dict(kv_m=16, kv_n=32 // half, q_m=32 // half, q_n=16, warps=8, stages=1)
-    return dict(cfg, pre_m=64)
+        kv_m, kv_n, q_m, q_n, warps, stages = 16, 32 // half, 32 // half, 16, 8, 1
+    return {"preprocess_delta_kernel": triton.Config({"BLOCK_M": 64}, num_warps=4, num_stages=stages),
+            "dkdv_kernel": triton.Config({"BLOCK_M": kv_m, "BLOCK_N": kv_n}, num_warps=warps, num_stages=stages),
+            "dq_kernel": triton.Config({"BLOCK_M": q_m, "BLOCK_N": q_n}, num_warps=warps, num_stages=stages)}
 
 
 def _validate(q, k, v, o, lse, do, dq_mode: str, four_d: bool) -> None:
@@ -276,32 +276,31 @@ def _backward_zbnd(q, k, v, o, lse, do, causal, scale, dq_mode):
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     if z == 0 or n_q == 0:
         return torch.zeros_like(q), dk.zero_(), dv.zero_()
-    cfg = _config(d, q.dtype, q.device)
+    cfg = {name: config.all_kwargs() for name, config in check_config(d, q.dtype).items()}
     block_d = max(16, triton.next_power_of_2(d))
-    launch = dict(num_warps=cfg["warps"], num_stages=cfg["stages"])
 
     delta = torch.empty((z, n_q), device=q.device, dtype=torch.float32)
-    preprocess_delta_kernel[(triton.cdiv(n_q, cfg["pre_m"]), z)](
-        o, do, delta, n_q, d, o.stride(0), o.stride(1), do.stride(0), do.stride(1),
-        BLOCK_M=cfg["pre_m"], BLOCK_D=block_d)
+    pre = cfg["preprocess_delta_kernel"]
+    preprocess_delta_kernel[(triton.cdiv(n_q, pre["BLOCK_M"]), z)](
+        o, do, delta, n_q, d, o.stride(0), o.stride(1), do.stride(0), do.stride(1), BLOCK_D=block_d, **pre)
 
     atomic = dq_mode == "atomic"
     # Atomic mode accumulates into float32 (fp16 atomics would round at every addition) starting from 0.
     dq = torch.zeros((z, n_q, d), device=q.device, dtype=torch.float32) if atomic else torch.empty_like(q)
-    dkdv_kernel[(triton.cdiv(n_k, cfg["kv_n"]), z)](
+    dkdv_kernel[(triton.cdiv(n_k, cfg["dkdv_kernel"]["BLOCK_N"]), z)](
         q, k, v, do, lse, delta, dk, dv, dq,
         n_q, n_k, d, scale,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
         dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), dq.stride(0), dq.stride(1),
-        CAUSAL=causal, ATOMIC_DQ=atomic, BLOCK_M=cfg["kv_m"], BLOCK_N=cfg["kv_n"], BLOCK_D=block_d, **launch)
+        CAUSAL=causal, ATOMIC_DQ=atomic, BLOCK_D=block_d, **cfg["dkdv_kernel"])
     if atomic:
         return dq.to(q.dtype), dk, dv
-    dq_kernel[(triton.cdiv(n_q, cfg["q_m"]), z)](
+    dq_kernel[(triton.cdiv(n_q, cfg["dq_kernel"]["BLOCK_M"]), z)](
         q, k, v, do, lse, delta, dq,
         n_q, n_k, d, scale,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
         dq.stride(0), dq.stride(1),
-        CAUSAL=causal, BLOCK_M=cfg["q_m"], BLOCK_N=cfg["q_n"], BLOCK_D=block_d, **launch)
+        CAUSAL=causal, BLOCK_D=block_d, **cfg["dq_kernel"])
     return dq, dk, dv
 
 

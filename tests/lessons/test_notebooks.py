@@ -1,6 +1,8 @@
 """The lesson notebooks: complete, runnable on the CPU tier, in sync with kernels/, and honest about failures."""
 from __future__ import annotations
 
+import ast
+import os
 import shutil
 from pathlib import Path
 
@@ -92,3 +94,93 @@ def test_a_failing_check_in_jupyter_is_short_and_still_an_error(tmp_path):
     shown = "\n".join(errors[0].traceback)
     assert "all zeros" in shown and "check failed" in shown
     assert "site-packages" not in shown and "course/engines.py" not in shown and len(shown.splitlines()) < 10
+
+
+# ------------------------------------------------------------------------------------------------
+# The tier's device in demonstration cells. On the GPU tier a Triton kernel reads GPU memory only, so a
+# cell that hands tensors to one must make them on course.tiers.device() (or say on which device it wants
+# them, as a cell that counts bytes on the CPU does). Checks make their own tensors (tests/tracks run them
+# under the GPU's device rules); this reads the cells a learner runs by hand.
+# ------------------------------------------------------------------------------------------------
+
+_FACTORIES = {"randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace", "tensor",
+              "as_tensor", "from_numpy", "eye", "make_qkv"}
+_MOVES = {"to", "cuda"}
+
+
+def _triton_functions(nb) -> set[str]:
+    """Names of the Python functions the notebook's Triton kernel cells define (their wrappers)."""
+    names = set()
+    for cell in nb.cells:
+        if str(cell.metadata.get("course", {}).get("source", "")).startswith("kernels/triton/"):
+            tree = ast.parse(cell.source)
+            names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                      and not any("jit" in ast.unparse(d) for d in n.decorator_list)}
+    return names
+
+
+def tensors_without_a_device(nb) -> list[str]:
+    """``cell N, line L: <call>`` for every tensor made without a device in a demonstration cell (neither a
+    solution nor a test cell) that calls a function of a Triton kernel cell."""
+    kernels = _triton_functions(nb)
+    found = []
+    for index, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or cell.source.startswith("%%") or meta.get("solution") or meta.get("grade"):
+            continue
+        tree = ast.parse(cell.source)
+        # A bare name: `cuda_track.naive_attention(...)` is another track's launcher of the same name.
+        called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        if not called & kernels:
+            continue
+        moved = {id(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr in _MOVES and (n.args or n.keywords)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            if name in _FACTORIES and not any(k.arg == "device" for k in node.keywords) and id(node) not in moved:
+                found.append(f"cell {index}, line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("folder", ["solutions", "notebooks"])
+@pytest.mark.parametrize("lesson", [lesson for lesson in LESSONS if lesson[:2] != "09"] + ["08_capstone"])
+def test_demonstration_cells_make_tensors_on_the_tiers_device(repo, folder, lesson):
+    nb = nbformat.read(repo / folder / lesson / f"{lesson}.ipynb", as_version=4)
+    assert tensors_without_a_device(nb) == []
+
+
+def test_a_tensor_made_without_a_device_is_found(repo):
+    """The rule above can fail: lesson 02's demonstration of merged states, with the device taken out."""
+    nb = nbformat.read(_solution(repo, "02_online_softmax"), as_version=4)
+    cell = next(c for c in nb.cells if "partial_states(x, n_splits)" in c.source and not c.metadata.get("nbgrader"))
+    cell.source = cell.source.replace("torch.randn(4, 1000).to(course.tiers.device())", "torch.randn(4, 1000)")
+    assert [problem.split(": ", 1)[1] for problem in tensors_without_a_device(nb)] == ["torch.randn(4, 1000)"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The GPU suite (make test-gpu): every solution notebook of lessons 00-08 runs top to bottom on the GPU tier
+# (COURSE_TIER=auto), every cell without an error: checks, hidden tests, demonstrations and widgets.
+# ------------------------------------------------------------------------------------------------
+
+GPU_LESSONS = [lesson for lesson in LESSONS if lesson[:2] != "09"] + ["08_capstone"]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", GPU_LESSONS)
+def test_solution_notebook_runs_on_the_gpu_tier(repo, lesson, tmp_path):
+    import course
+    if course.tiers.device() != "cuda":
+        pytest.skip("runs in the GPU suite (make test-gpu): on the CPU tier the grading tests run every notebook")
+    work = tmp_path / lesson
+    shutil.copytree(repo / "solutions" / lesson, work)
+    nb = _run(work / f"{lesson}.ipynb", timeout=600)
+    errors = [(i, c.source.splitlines()[0] if c.source else "", o) for i, c in enumerate(nb.cells)
+              if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    shown = "\n\n".join(f"cell {i} ({first}):\n{o.ename}: {o.evalue}" for i, first, o in errors)
+    assert not errors, f"{lesson} on the GPU tier:\n{shown}"
+    grading = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream"
+               and "grading tier:" in o.text]
+    assert not grading or "GPU tier" in grading[0].text, grading[0].text

@@ -8,6 +8,9 @@ import torch
 import course
 from course import Case, tiers
 from course.errors import CheckFailed
+from track_support import qkv
+
+pytestmark = [pytest.mark.gpu, pytest.mark.tier_devices]
 
 
 @pytest.mark.parametrize("case", [
@@ -24,7 +27,7 @@ def test_default_exercise_cases_pass(naive_module):
 
 
 def test_wrapper_rejects_bad_shapes_clearly(naive_module):
-    q, k, v = course.make_qkv(4, 16, seed=0)
+    q, k, v = qkv(4, 16, seed=0)
     with pytest.raises(ValueError, match=r"\(N, D\)"):
         naive_module.naive_attention(q[None], k[None], v[None])
     with pytest.raises(ValueError, match="zero keys"):
