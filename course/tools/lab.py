@@ -30,8 +30,11 @@ grader ignores warnings), so it could call a correct answer wrong. The test cell
 is the learner's feedback.
 
 The notebooks import ``course`` from the virtual environment (an editable install of this
-repository), so they run the same here as in ``notebooks/``, and ``course.paths`` still points at the
-repository.
+repository), so they run the same here as in ``notebooks/``, and ``course.paths.REPO`` still points at
+the repository (the hints and reveals read its solutions). ``.course/manifest.json`` marks the folder
+as a lab (``course.paths.LAB_MARKER``): ``python -m course run`` in it checks the lab's kernel files,
+the ones the learner edits, and so does a course installed with ``pip install .`` (no clone), where the
+lab is the only course folder there is.
 """
 from __future__ import annotations
 
@@ -43,14 +46,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course.paths import REPO
+from course.paths import CHECKOUT, LAB_MARKER, REPO
 
 __all__ = ["DEFAULT_DEST", "NBGRADER_SERVER_EXTENSIONS", "NBGRADER_LAB_EXTENSION", "LabBuildError", "BuildReport",
            "release_files", "build", "config_dir", "lab_environment", "lab_command", "main"]
 
-DEFAULT_DEST = REPO / "build" / "lab"
-NOTEBOOKS = REPO / "notebooks"
-KERNELS = REPO / "kernels"
+# The lab is built from the clone the package belongs to (an installed package has no notebooks or kernels).
+_SOURCE = CHECKOUT or REPO
+DEFAULT_DEST = _SOURCE / "build" / "lab"
+NOTEBOOKS = _SOURCE / "notebooks"
+KERNELS = _SOURCE / "kernels"
 FIRST_NOTEBOOK = "notebooks/00_orientation/00_orientation.ipynb"
 
 # Everything nbgrader adds to Jupyter, on the server and in the page.
@@ -63,8 +68,8 @@ NBGRADER_SERVER_EXTENSIONS = (
 # Disabling the package disables every plugin in it, including any a later nbgrader adds.
 NBGRADER_LAB_EXTENSION = "@jupyter/nbgrader"
 
-_STATE = ".course"
-_MANIFEST = "manifest.json"
+_STATE = LAB_MARKER.parent.name
+_MANIFEST = LAB_MARKER.name
 _SKIPPED_DIRS = {"__pycache__", ".ipynb_checkpoints"}
 
 
@@ -109,7 +114,7 @@ def _stripped_kernel(path: Path) -> bytes:
     from autograder.preprocessors.clear_solutions import clear_solution_regions, file_language
 
     text = path.read_text(encoding="utf-8")
-    shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    shown = path.relative_to(_SOURCE) if path.is_relative_to(_SOURCE) else path
     if "BEGIN SOLUTION" not in text and "END SOLUTION" not in text:
         return text.encode("utf-8")
     language = file_language(path.name)
@@ -176,6 +181,12 @@ def _write_config(dest: Path) -> None:
 def build(dest: Path = DEFAULT_DEST, notebooks: Path = NOTEBOOKS, kernels: Path = KERNELS) -> BuildReport:
     """Bring the lab in ``dest`` up to date without touching a file the learner changed."""
     dest = Path(dest)
+    if not Path(notebooks).is_dir() or not Path(kernels).is_dir():
+        raise LabBuildError(f"there are no notebooks and kernels to build a lab from here ({notebooks} and {kernels}); "
+                            f"the lab is built from a clone of the course (`make lab` in it).")
+    if (Path(kernels).parent / LAB_MARKER).is_file():
+        raise LabBuildError(f"{Path(kernels).parent} is a learner's lab, not a clone of the course; a lab is built from "
+                            f"a clone (`make lab` in it).")
     files = release_files(notebooks, kernels)  # all checks first: a refused build writes nothing
     manifest_path = dest / _STATE / _MANIFEST
     written = _read_manifest(manifest_path)

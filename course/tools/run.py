@@ -1,19 +1,23 @@
 """``python -m course run 04 --track cuda``: validate one lesson step's kernel file, as llm.c's dev/cuda files do.
 
-The course's own kernel file is graded exactly as a learner's answer would be (``course.check`` with
-the exercise's cases: the float64 oracle, the error budget, and on the CPU runtime memcheck, racecheck
-and a random schedule). On a machine with an NVIDIA GPU the Triton and CUDA forward steps are then
-timed against PyTorch's SDPA by the benchmark of their track.
+The file checked is the one in the course folder the command is run in (``course.paths.working_root``):
+in a learner's lab (``build/lab/``) the lab's copy, the file the learner edits; in a clone, the course's
+own file; ``COURSE_ROOT`` names another folder. It is graded exactly as a learner's answer would be
+(``course.check`` with the exercise's cases: the float64 oracle, the error budget, and on the CPU runtime
+memcheck, racecheck and a random schedule). On a machine with an NVIDIA GPU the Triton and CUDA forward
+steps of the clone are then timed against PyTorch's SDPA by the benchmark of their track.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from course.paths import CHECKOUT, NoCourseFolder, working_root
 from course.tracks.table import TRACKS, KernelExercise, exercises
 
 __all__ = ["select", "validate", "main"]
@@ -34,30 +38,44 @@ def select(lesson: str, track: str, variant: str | None = None) -> list[KernelEx
     return rows
 
 
-def _answer(row: KernelExercise):
-    """The course's own answer to ``row``: the Triton function, or the compiled CUDA / Metal file."""
+def _answer(row: KernelExercise, path: Path):
+    """The answer in the kernel file ``path`` for ``row``: the Triton function, or the compiled CUDA / Metal file."""
     if row.track == "triton":
         from course.tracks.triton import solution
-        return solution(row)
+        return solution(row, str(path))
     from course.simt import RawModule
-    return RawModule(path=row.path)
+    return RawModule(path=path)
 
 
-def validate(rows: Sequence[KernelExercise], log: Callable[[str], None] = print) -> bool:
-    """``course.check`` on each row's kernel file; True when every one passes."""
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it, else whole."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def validate(rows: Sequence[KernelExercise], log: Callable[[str], None] = print, root: Path | None = None) -> bool:
+    """``course.check`` on each row's kernel file in the course folder ``root`` (default: the working one);
+    True when every one passes."""
+    from course.errors import CheckFailed, CourseError
     from course.exercises import check
-    from course.errors import CourseError
 
+    root = Path(root) if root is not None else working_root()
     ok = True
     for row in rows:
+        path = root / row.kernel_file
         start = time.perf_counter()
         try:
-            check(row.id, _answer(row))
+            if not path.is_file():
+                raise CheckFailed(f"{_shown(path)} is missing: this folder has no {row.track} kernel file for lesson "
+                                  f"{row.lesson}.")
+            check(row.id, _answer(row, path))
         except CourseError as failure:
-            log(f"✗ {row.id} ({row.kernel_file}):\n{failure}")
+            log(f"✗ {row.id} ({_shown(path)}):\n{failure}")
             ok = False
             continue
-        log(f"  {row.kernel_file} passed {row.id} in {time.perf_counter() - start:.1f} s")
+        log(f"  {_shown(path)} passed {row.id} in {time.perf_counter() - start:.1f} s")
     return ok
 
 
@@ -98,10 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rows = select(args.lesson, args.track, args.variant)
-    except ValueError as e:
+        root = working_root()
+    except (ValueError, NoCourseFolder) as e:
         print(e, file=sys.stderr)
         return 2
-    ok = validate(rows)
+    own = CHECKOUT is not None and root == CHECKOUT
+    if not own:
+        print(f"Checking the kernel files of {_shown(root) if root != Path.cwd().resolve() else os.getcwd()}.")
+    ok = validate(rows, root=root)
     if ok and not args.no_timing:
+        if not own:  # the benchmarks time the clone's files, which are not the ones just checked
+            print("Nothing is timed here: the benchmarks time the course's own kernel files (`make bench` in a clone "
+                  "of the course, on an NVIDIA GPU).")
+            return 0
         return _time_on_gpu(rows, print)
     return 0 if ok else 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -39,12 +40,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 __all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateReport", "run_gate", "CompileServer",
            "main"]
 
-from course.paths import KERNELS, REPO
+from course.paths import KERNELS, PACKAGE_ROOT
 from course.processes import stop_group
 from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
 from course.tracks.table import exercises
@@ -107,10 +109,14 @@ class Result:
     seconds: float = 0.0
     error: str = ""
     note: str = ""                    # e.g. why the autotuner would skip this config
+    limit: str = ""                   # what the gate could not do with this Triton (never a failure of the kernel)
+    compiled: bool = False            # triton.compile produced a cubin
 
     @property
     def status(self) -> str:
-        return "FAIL" if not self.ok else ("skip" if self.note else "ok")
+        if not self.ok:
+            return "FAIL"
+        return "skip" if self.note else ("ok" if self.compiled else "n/a")
 
     @property
     def label(self) -> str:
@@ -147,16 +153,24 @@ class GateReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
+    @property
+    def limits(self) -> list[str]:
+        """What the gate could not do with this Triton, one sentence each (the kernels are not failed for it)."""
+        return list(dict.fromkeys(r.limit for r in self.results if r.limit))
+
     def summary(self) -> str:
         n, bad = len(self.results), len(self.failures)
         spilled = sum(1 for r in self.results if r.status == "ok" and r.spills)
         skipped = sum(1 for r in self.results if r.status == "skip")
-        text = f"{n - bad}/{n} compiles succeeded in {self.seconds:.0f} s"
+        unchecked = sum(1 for r in self.results if r.status == "n/a")
+        text = f"{n - bad - unchecked}/{n} compiles succeeded in {self.seconds:.0f} s"
+        if unchecked:
+            text += f"; {unchecked} not compiled"
         if skipped:
             text += f"; {skipped} autotune config(s) need more shared memory than the target has (the autotuner skips them)"
         if spilled:
             text += f"; {spilled} compile(s) spill registers to local memory"
-        return text
+        return "\n".join([text] + self.limits)
 
     def errors(self) -> str:
         return "\n\n".join(f"FAILED {r.label}:\n{r.error}" for r in self.failures)
@@ -185,7 +199,7 @@ def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None 
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, stated so it does not warn
     if cache_dir:
         env["TRITON_CACHE_DIR"] = str(cache_dir)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     spec = json.dumps({"matrix": dataclasses.asdict(matrix), "kernels_dir": str(kernels_dir or KERNEL_DIR)})
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="triton_aot_") as tmp:
@@ -196,7 +210,7 @@ def run_gate(matrix: Matrix = DEFAULT, *, kernels_dir: str | os.PathLike | None 
                 cmd = [sys.executable, "-m", "course.tools.triton_gate", "--worker", f"{i}/{jobs}", "--spec", spec, "--out", str(out)]
                 log = open(Path(tmp) / f"shard{i}.log", "w+")
                 # A session of its own, so that stopping a worker also stops the ptxas it is running.
-                procs.append((subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                procs.append((subprocess.Popen(cmd, cwd=PACKAGE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True), out, log))
             for proc, out, log in procs:
                 left = None if timeout is None else max(1.0, timeout - (time.monotonic() - start))
@@ -389,7 +403,10 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
 def _capture(matrix: Matrix, kernels_dir: Path) -> tuple[list[_Launch], list[Result]]:
     """Every launch the wrappers make for the matrix, recorded instead of run."""
     import torch
-    from triton.runtime.jit import KernelInterface
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:
+        raise _unsupported("triton.runtime.jit.KernelInterface") from None
 
     launches: list[_Launch] = []
     errors: list[Result] = []
@@ -457,8 +474,11 @@ class _Group:
 
 
 def _groups(launches: list[_Launch], matrix: Matrix) -> tuple[list[_Group], list[Result]]:
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
+    try:
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.jit import JITFunction
+    except ImportError as e:
+        raise _unsupported(f"triton.runtime.{e.name or 'autotuner'}") from None
 
     groups: dict[tuple, _Group] = {}
     errors: list[Result] = []
@@ -553,31 +573,88 @@ _BINDERS: dict = {}
 _OVER_SMEM = "out of resources: needs"
 
 
+class _Unsupported(Exception):
+    """This Triton lacks something the gate drives; the message is one sentence that says what."""
+
+
+# The Triton versions the course is tested with (pyproject.toml declares the lowest).
+TESTED_TRITON = ("3.6", "3.9")
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_api() -> SimpleNamespace:
+    """The parts of Triton the gate drives, looked up once; _Unsupported (one sentence) when one is missing.
+
+    Only what the tested Triton versions share is used; the launch options that ``JITFunction.run`` fills in
+    from Triton's knobs differ between versions, so they are read off this Triton's own ``run``."""
+    import importlib
+
+    import triton
+    version = getattr(triton, "__version__", "?")
+    needed = (("triton", "compile"), ("triton", "knobs"), ("triton.backends.compiler", "GPUTarget"),
+              ("triton.compiler", "ASTSource"), ("triton.compiler", "make_backend"),
+              ("triton.runtime.jit", "create_function_from_signature"), ("triton.runtime.jit", "JITFunction"),
+              ("triton.backends.nvidia.compiler", "get_ptxas"),
+              ("triton.backends.nvidia.compiler", "sm_arch_from_capability"))
+    found = {}
+    for module, name in needed:
+        try:
+            found[name] = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            raise _unsupported(f"{module}.{name}") from None
+    if not hasattr(found["JITFunction"], "_pack_args"):
+        raise _unsupported("JITFunction._pack_args")
+    return SimpleNamespace(version=version, options=_knob_options(found["JITFunction"], found["knobs"]), **found)
+
+
+def _unsupported(missing: str) -> _Unsupported:
+    import triton
+    return _Unsupported(f"The compile gate cannot drive Triton {getattr(triton, '__version__', '?')} ({missing} is "
+                        f"missing; the course is tested with Triton {TESTED_TRITON[0]} to {TESTED_TRITON[-1]}), so the "
+                        f"kernels were not compiled for a GPU here and only Triton's interpreter checked them.")
+
+
+def _knob_options(jit_function, knobs) -> tuple[str, ...]:
+    """The launch options ``JITFunction.run`` sets from ``knobs.compilation`` in this Triton (3.6:
+    instrumentation_mode; 3.9 also fpsan_homomorphic_casts), so the gate specialises as a real launch does."""
+    import inspect
+    try:
+        names = re.findall(r"kwargs\[[\"'](\w+)[\"']\]\s*=\s*knobs\.compilation\.(\w+)", inspect.getsource(jit_function.run))
+        names = [option for option, knob in names if option == knob]
+    except (OSError, TypeError):  # no source to read: the options the tested versions set, where this Triton has them
+        names = ["instrumentation_mode", "fpsan_homomorphic_casts"]
+    return tuple(name for name in dict.fromkeys(names) if hasattr(knobs.compilation, name))
+
+
 def _compile(unit: _Unit) -> Result:
     """Specialise like JITFunction.run, compile with triton.compile, read the resource usage."""
-    import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
     r, fn = unit.result, unit.fn
     start = time.monotonic()
     try:
-        target = GPUTarget("cuda", r.target, 32)
+        api = _triton_api()
+    except _Unsupported as e:
+        r.ok, r.limit = True, str(e)
+        return r
+    try:
+        target = api.GPUTarget("cuda", r.target, 32)
         if (fn, r.target) not in _BINDERS:
-            backend = make_backend(target)
-            _BINDERS[fn, r.target] = backend, create_function_from_signature(fn.signature, fn.params, backend)
+            backend = api.make_backend(target)
+            _BINDERS[fn, r.target] = backend, api.create_function_from_signature(fn.signature, fn.params, backend)
         backend, binder = _BINDERS[fn, r.target]
         kwargs = dict(unit.kwargs)
-        kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
-        kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-        kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+        kwargs["debug"] = kwargs.get("debug", fn.debug) or api.knobs.runtime.debug
+        for option in api.options:
+            kwargs[option] = getattr(api.knobs.compilation, option)
         bound, specialization, options = binder(*unit.args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
-        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+        compiled = api.compile(api.ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+        r.compiled = True
         r.smem = int(compiled.metadata.shared)
-        r.regs, r.stack, r.spills = _resources(compiled, r.target)
+        try:
+            r.regs, r.stack, r.spills = _resources(api, compiled, r.target)
+        except (OSError, subprocess.CalledProcessError, _Unsupported) as e:
+            r.limit = (f"registers and spills were not read: {e}" if isinstance(e, _Unsupported) else
+                       f"registers and spills were not read: Triton {api.version}'s cuobjdump could not be run ({e})")
         limit = SMEM_LIMIT.get(r.target)
         if limit is not None and r.smem > limit:
             raise RuntimeError(f"{_OVER_SMEM} {r.smem} bytes of shared memory per program; sm_{r.target} allows at most {limit}")
@@ -588,19 +665,18 @@ def _compile(unit: _Unit) -> Result:
     return r
 
 
-def _resources(compiled, capability: int) -> tuple[int | None, int | None, int | None]:
+def _resources(api: SimpleNamespace, compiled, capability: int) -> tuple[int | None, int | None, int | None]:
     """(registers, stack bytes, spill-store bytes) of a compiled kernel, from its cubin."""
-    from triton import knobs
-    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
-
+    cuobjdump = getattr(getattr(getattr(api.knobs, "nvidia", None), "cuobjdump", None), "path", None)
+    if not cuobjdump:
+        raise _Unsupported(f"Triton {api.version} does not say where its cuobjdump is")
     with tempfile.TemporaryDirectory(prefix="aot_res_") as tmp:
         cubin = Path(tmp) / "k.cubin"
         cubin.write_bytes(compiled.asm["cubin"])
-        out = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", str(cubin)], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
         usage = re.search(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)", out)
         if not usage:
-            raise RuntimeError(f"cannot read cuobjdump's resource usage:\n{out}")
+            raise _Unsupported(f"Triton {api.version}'s cuobjdump printed no resource usage")
         regs, stack, local = int(usage.group(1)), int(usage.group(2)), int(usage.group(4))
         if stack == 0 and local == 0:
             return regs, 0, 0  # no stack frame: nothing can have spilled
@@ -608,8 +684,8 @@ def _resources(compiled, capability: int) -> tuple[int | None, int | None, int |
         ptx = Path(tmp) / "k.ptx"
         ptx.write_text(compiled.asm["ptx"])
         fmad = [] if compiled.metadata.enable_fp_fusion else ["--fmad=false"]
-        log = subprocess.run([get_ptxas(capability).path, "-lineinfo", *fmad, "-v", "--regAllocOptLevel=2",
-                              f"--gpu-name={sm_arch_from_capability(capability)}", str(ptx), "-o", str(Path(tmp) / "k.o")],
+        log = subprocess.run([api.get_ptxas(capability).path, "-lineinfo", *fmad, "-v", "--regAllocOptLevel=2",
+                              f"--gpu-name={api.sm_arch_from_capability(capability)}", str(ptx), "-o", str(Path(tmp) / "k.o")],
                              capture_output=True, text=True).stderr
         spill = re.search(r"(\d+) bytes spill stores", log)
         return regs, stack, int(spill.group(1)) if spill else None
@@ -627,8 +703,11 @@ def _worker(shard: str, spec: dict, out: Path) -> int:
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("the compile worker needs TRITON_INTERPRET=0")
     matrix = _matrix(spec["matrix"])
-    launches, errors = _capture(matrix, Path(spec["kernels_dir"]))
-    groups, more = _groups(launches, matrix)
+    try:
+        launches, errors = _capture(matrix, Path(spec["kernels_dir"]))
+        groups, more = _groups(launches, matrix)
+    except _Unsupported as e:
+        launches, errors, groups, more = [], [Result("-", "<gate>", ok=True, limit=str(e))], [], []
     errors += more
     # Every worker captured the same groups in the same order; each takes the next group nobody has
     # claimed yet (an exclusive create is atomic), so a slow fp32 compile does not hold up the rest.
@@ -678,6 +757,8 @@ def _serve() -> int:
             results += more
             for group in groups:
                 results += _run_group(group)
+        except _Unsupported as exc:  # this Triton lacks something the gate needs: say so, fail nothing
+            results = [Result("-", "<gate>", ok=True, limit=str(exc))]
         except Exception as exc:  # noqa: BLE001 - one request fails, the server goes on
             results = [Result("-", "<server>", error=f"{type(exc).__name__}: {exc}")]
         answers.write(json.dumps([dataclasses.asdict(r) for r in results]) + "\n")
@@ -697,9 +778,9 @@ class CompileServer:
     def _start(self) -> subprocess.Popen:
         env = dict(os.environ, TRITON_INTERPRET="0")
         env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # A session of its own, so that stopping it also stops a ptxas it is running.
-        return subprocess.Popen([sys.executable, "-m", "course.tools.triton_gate", "--serve"], cwd=REPO, env=env,
+        return subprocess.Popen([sys.executable, "-m", "course.tools.triton_gate", "--serve"], cwd=PACKAGE_ROOT, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True)
 

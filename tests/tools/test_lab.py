@@ -294,3 +294,15 @@ def test_the_command_line_builds_and_reports(tmp_path, capsys):
     assert "files created" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         lab.main(["build", "--dest", str(tmp_path / "lab"), "--no-browser"])
+
+
+def test_the_lab_is_a_course_folder_and_is_not_built_from(built, tmp_path):
+    """`python -m course run` in the lab checks the lab's files (course.paths finds it by its marker); a lab is built
+    from a clone, never from another lab or from nothing (an installed package has no notebooks)."""
+    from course import paths
+    assert paths.is_lab(built) and paths.find_root(built / "notebooks") == built.resolve()
+    with pytest.raises(lab.LabBuildError, match="is a learner's lab, not a clone of the course"):
+        lab.build(tmp_path / "again", notebooks=built / "notebooks", kernels=built / "kernels")
+    with pytest.raises(lab.LabBuildError, match="there are no notebooks and kernels to build a lab from here"):
+        lab.build(tmp_path / "again", notebooks=tmp_path / "notebooks", kernels=tmp_path / "kernels")
+    assert not (tmp_path / "again").exists()
