@@ -49,7 +49,7 @@ class TierDevice(str):
     PyTorch, and a mark that the code asked for the tier's device, which on a GPU machine is the GPU."""
 
 
-_state: dict[str, Any] = {"depth": 0, "devices": {}}
+_state: dict[str, Any] = {"depth": 0, "devices": {}, "storages": {}}
 
 
 def active() -> bool:
@@ -92,8 +92,21 @@ def _remember(device: torch.device, on_gpu: bool) -> None:
     devices[id(device)] = (on_gpu, device)
 
 
+def _storage(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def _placement(t: torch.Tensor) -> bool | None:
-    return getattr(t, _ON_GPU, None)
+    found = getattr(t, _ON_GPU, None)
+    if found is None and isinstance(t, torch.nn.Parameter):
+        # nn.Parameter(data) wraps a tensor without PyTorch's Python API seeing it: go by the memory it wraps
+        found, site = _state["storages"].get(_storage(t), (None, None))
+        if found is not None:
+            _mark(t, found, site)
+    return found
 
 
 def _mark(result: Any, on_gpu: bool, site: str | None) -> None:
@@ -155,6 +168,13 @@ class _Rules(TorchFunctionMode):
         if not on_gpu:  # where the CPU tensor came from: the first CPU input's origin, else this line
             origin = next((getattr(t, _MADE_AT) for t in inputs if hasattr(t, _MADE_AT)), None) or _site()
         _mark(result, on_gpu, origin)
+        if not inputs:  # a new tensor: remember its memory, which an nn.Parameter may wrap
+            for value in tree_flatten(result)[0]:
+                if isinstance(value, torch.Tensor):
+                    storages = _state["storages"]
+                    if len(storages) > 65536:
+                        storages.clear()
+                    storages[_storage(value)] = (on_gpu, origin)
         return result
 
     @staticmethod
@@ -176,7 +196,7 @@ class _Rules(TorchFunctionMode):
             if found is not None:
                 return found
         if not inputs:
-            return False  # made from nothing but numbers (or NumPy): on the CPU
+            return False  # made from nothing but numbers (or NumPy): on the CPU, unless it says where
         if name in ("copy_", "set_"):
             return _placement(inputs[0])
         judged = [(t, _placement(t)) for t in inputs if _placement(t) is not None]
@@ -233,3 +253,4 @@ def gpu_device_rules() -> Iterator[None]:
         if _state["depth"] == 0:
             InterpretedFunction.run = original
             _state["devices"].clear()
+            _state["storages"].clear()

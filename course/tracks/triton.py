@@ -56,10 +56,12 @@ def solution(row: KernelExercise, kernel_file: str | None = None, *, tuned: bool
     """The course's own answer to ``row`` (or the same function from another copy of the file).
 
     ``tuned=True`` (the benchmarks) runs each call inside :func:`autotune`: the autotuned kernels time their
-    configs on the first call of a shape and keep the fastest."""
+    configs on the first call of a shape and keep the fastest. Triton's interpreter has nothing to time (it
+    ignores warps and stages, and its run times say nothing about a GPU), so there ``tuned`` changes nothing."""
+    from course.tiers import triton_interpreted
     fn = getattr(load_triton_module(kernel_file or row.kernel_file), row.entry[0])
     fn = functools.partial(fn, **row.options) if row.options else fn
-    if not tuned:
+    if not tuned or triton_interpreted():
         return fn
 
     @functools.wraps(getattr(fn, "func", fn))
