@@ -321,17 +321,58 @@ def compiler() -> str:
     return cxx
 
 
+# Hardening that distributions build into their compilers' defaults: Ubuntu's g++ defines
+# _FORTIFY_SOURCE=3 and turns on -fstack-protector-strong, -fstack-clash-protection and -fcf-protection;
+# macOS's headers define _FORTIFY_SOURCE=2; some distributions define _GLIBCXX_ASSERTIONS. Fortified
+# headers turn the course's own snprintf into __snprintf_chk, stack protection adds __stack_chk_fail,
+# and so on: calls the learner did not write. Kernels run in the course's own process on fibers the runtime
+# switches between (so a shadow stack, which -fcf-protection would declare the code ready for, could not
+# follow them): the runtime and every kernel are compiled without any of it, the same on every machine.
+# Each flag is kept only where the compiler accepts it (older or non-x86 compilers lack some).
+NEUTRAL_FLAGS = ["-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-U_GLIBCXX_ASSERTIONS", "-fno-stack-protector",
+                 "-fno-stack-clash-protection", "-fcf-protection=none"]
+
+
+def _accepts(cxx: str, flags: list[str]) -> bool:
+    try:
+        res = subprocess.run([cxx, *flags, "-x", "c++", "-c", "-o", os.devnull, "-"], input="int simt_probe;\n",
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.returncode == 0
+
+
 @lru_cache(maxsize=None)
-def _toolchain_digest(language: str | None = None) -> str:
-    """Compiler version, runtime and core headers, and (given a language) that front end's headers."""
+def _neutral_flags_for(cxx: str) -> tuple[str, ...]:
+    if _accepts(cxx, NEUTRAL_FLAGS):
+        return tuple(NEUTRAL_FLAGS)
+    return tuple(f for f in NEUTRAL_FLAGS if _accepts(cxx, [f]))
+
+
+def neutral_flags() -> list[str]:
+    """The flags of ``NEUTRAL_FLAGS`` that this machine's compiler accepts."""
+    return list(_neutral_flags_for(compiler()))
+
+
+@lru_cache(maxsize=None)
+def _toolchain_digest_for(cxx: str, language: str | None) -> str:
     h = hashlib.sha256()
-    h.update(subprocess.run([compiler(), "--version"], capture_output=True, text=True).stdout.encode())
+    # The driver itself, not only its version: a wrapper script (or a distribution's defaults) may add
+    # flags that change the object.
+    h.update((shutil.which(cxx) or cxx).encode() + b"\0")
+    h.update(subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.encode())
     front_end = sorted((INCLUDE / LANGUAGES[language][0]).rglob("*")) if language else []
     for path in sorted(INCLUDE.glob("*")) + front_end + [RUNTIME_SOURCE]:
         if path.is_file():
             h.update(path.name.encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _toolchain_digest(language: str | None = None) -> str:
+    """The compiler (its path and version), runtime and core headers, and (given a language) that front
+    end's headers."""
+    return _toolchain_digest_for(compiler(), language)
 
 
 # No sibling calls: a runtime function called last would become a jump, and the return address it
@@ -366,7 +407,9 @@ def _runtime_object() -> Path:
     (``prebuild_runtime`` builds it before grading starts).
     """
     flags = _runtime_flags()
-    name = f"runtime-{_toolchain_digest()}{'-ucontext' if flags else ''}.o"
+    command = [*COMMON_FLAGS, *neutral_flags(), *flags, "-O2", "-g"]
+    digest = hashlib.sha256("\0".join([_toolchain_digest(), *command]).encode()).hexdigest()[:16]
+    name = f"runtime-{digest}{'-ucontext' if flags else ''}.o"
     for candidate in (PREBUILT / name, cache_dir() / name):
         if candidate.exists():
             return candidate
@@ -378,7 +421,7 @@ def _runtime_object() -> Path:
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp.o")
-        res = _run([compiler(), *COMMON_FLAGS, *flags, "-O2", "-g", f"-I{INCLUDE}", "-c", str(RUNTIME_SOURCE),
+        res = _run([compiler(), *command, f"-I{INCLUDE}", "-c", str(RUNTIME_SOURCE),
                     "-o", str(tmp)], "compiling the runtime")
         if res.returncode != 0:
             raise KernelCompileError("the course's SIMT runtime itself failed to compile:\n" + res.stderr[-4000:])
@@ -403,7 +446,7 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
     if language not in LANGUAGES:
         raise KernelCompileError(f"unknown kernel language {language!r}; use 'cuda' or 'metal'")
     tu = translation_unit(source, display_path, language, kernels, first_line)
-    flags = COMMON_FLAGS + (CHECKED_FLAGS if checked else FAST_FLAGS)
+    flags = COMMON_FLAGS + neutral_flags() + (CHECKED_FLAGS if checked else FAST_FLAGS)
     key = hashlib.sha256("\0".join([tu, language, *flags, *_runtime_flags(), _toolchain_digest(language),
                                    policy_digest()]).encode()).hexdigest()[:24]
     out = cache_dir() / f"{language}-{key}{'-checked' if checked else ''}.so"

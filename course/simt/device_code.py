@@ -28,7 +28,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "policy_digest"]
+__all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "policy_digest", "called_name"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -73,7 +73,14 @@ ALLOWED: dict[str, str] = {
     "vtable for __cxxabiv1::__vmi_class_type_info": "C++ runtime",
     "__cxa_begin_catch": "C++ runtime", "__cxa_end_catch": "C++ runtime", "std::terminate": "C++ runtime",
     "__gxx_personality_v0": "C++ runtime", "_Unwind_Resume": "C++ runtime", "__tls_get_addr": "C++ runtime",
-    "_GLOBAL_OFFSET_TABLE_": "C++ runtime", "__stack_chk_fail": "C++ runtime",
+    "_GLOBAL_OFFSET_TABLE_": "C++ runtime",
+    # Stack protection, where a compiler still adds it (the compiler driver turns it off where it can):
+    # the check's failure handler, and the guard value on targets that keep it in a global.
+    "__stack_chk_fail": "C++ runtime", "__stack_chk_guard": "C++ runtime",
+    # The C personality routine: clang's -fsanitize=thread gives every instrumented function a cleanup
+    # that reports its exit when an exception passes, and a function with no personality of its own gets
+    # this one (checked builds).
+    "__gcc_personality_v0": "compiler runtime",
     # Compiler runtime (libgcc): arithmetic the CPU has no instruction for, which g++ turns into calls
     # (__popc without POPCNT, 128-bit division, integer powers, complex products, half conversions).
     **{f: "compiler runtime" for f in """
@@ -216,6 +223,24 @@ def runtime_symbols(runtime: Path) -> frozenset[str]:
     return frozenset(n for n in names if n.startswith(("simt::", "__tsan_", "__ubsan_")))
 
 
+# Names the C library's headers give a function in the object file, for the function the source calls:
+# fortified variants (_FORTIFY_SOURCE: `snprintf` -> `__snprintf_chk`, `memcpy` -> `__memcpy_chk`), ISO C
+# variants (`sscanf` -> `__isoc99_sscanf`, `strtol` -> `__isoc23_strtol` in glibc 2.38+) and old glibc's
+# finite-math variants (`expf` -> `__expf_finite`). A symbol is judged, and named, as the call it stands
+# for: the course's headers may format with snprintf however the C library spells it, and a learner's own
+# `fopen` or `snprintf` is refused with the same sentence whatever the compiler's defaults.
+_SPELLINGS = (re.compile(r"__(\w+?)_chk"), re.compile(r"__isoc\d\d_(\w+)"), re.compile(r"__(\w+?)_finite"))
+
+
+def called_name(name: str) -> str:
+    """The function a C library symbol stands for: ``__snprintf_chk`` -> ``snprintf``; others unchanged."""
+    for spelling in _SPELLINGS:
+        m = spelling.fullmatch(name)
+        if m:
+            return m.group(1)
+    return name
+
+
 def _allowed(name: str, language: str, provided: frozenset[str]) -> bool:
     return (name in ALLOWED or name in provided or name.startswith(ALLOWED_PREFIXES)
             or name in LANGUAGE_ONLY.get(language, ()))
@@ -232,33 +257,43 @@ def _declares(before: str) -> bool:
     return before.endswith(("*", "&", ">")) or (word is not None and word.group() not in _NOT_TYPES)
 
 
-def _where(name: str, blanked: str, shown: str, first_line: int) -> str | None:
-    """"line N of <shown>" where the learner's text uses ``name``: its last part first (`fopen`, `new` of
-    ``operator new[]``), then the others; a use before a declaration."""
+def _first_use(name: str, blanked: str) -> int | None:
+    """Where the learner's text uses ``name``: its last part first (`fopen`, `new` of ``operator new[]``),
+    then the others; a use before a declaration. None when the text never names it."""
     parts = [p for p in re.findall(r"[A-Za-z_]\w*", name) if p != "operator"]
     for part in reversed(parts):
         found = list(re.finditer(rf"\b{re.escape(part)}\b", blanked))
         uses = [m for m in found if not _declares(blanked[max(0, m.start() - 200): m.start()])]
         if found:
-            return f"line {_line_of(blanked, (uses or found)[0].start(), first_line)} of {shown}"
+            return (uses or found)[0].start()
     return None
 
 
 def refuse_host_symbols(obj: Path, runtime: Path, blanked: str, language: str, shown: str,
                         first_line: int) -> str | None:
-    """The sentence refusing the first call in the compiled ``obj`` that device code cannot make, or None."""
+    """The sentence refusing the call in the compiled ``obj`` that device code cannot make (the first in
+    the learner's text, where there are several), or None."""
     provided = runtime_symbols(runtime)
+    refused: list[tuple[float, str]] = []
     for line in _nm(["-u", "-p", "-C"], obj):
-        symbol = _symbol(line)
-        name = qualified_name(symbol)
-        calls_itself = name in HEADERS_ONLY and re.search(rf"\b{name}\s*\(", blanked)
-        if _allowed(name, language, provided) and not calls_itself:
+        written = qualified_name(_symbol(line))
+        name = written
+        if name not in ALLOWED and not name.startswith(("__tsan_", "__ubsan_")):
+            name = called_name(name)
+        if name != written and re.search(rf"\b{re.escape(written)}\b", blanked):
+            name = written  # the learner wrote the C library's own spelling
+        calls_itself = called_name(name) in HEADERS_ONLY and re.search(rf"\b{re.escape(name)}\s*\(", blanked)
+        if _allowed(called_name(name), language, provided) and not calls_itself:
             continue
-        where = _where(name, blanked, shown, first_line)
-        cplusplus = "::" in name or name.startswith("operator")
-        kind = f"a {'host ' if language == 'cuda' else ''}{'C++' if cplusplus else 'C'} library function"
-        rule = ("device code cannot call it (nvcc rejects host calls in __global__ and __device__ functions)"
-                if language == "cuda" else "Metal has no C or C++ library, so a kernel cannot call it")
-        head = f"{where} calls `{name}`" if where else f"{shown} calls `{name}` (through a macro?)"
-        return f"{head}, {kind}: {rule}. {CAN_CALL[language]}"
-    return None
+        pos = _first_use(name, blanked)
+        refused.append((float("inf") if pos is None else pos, name))
+    if not refused:
+        return None
+    pos, name = min(refused)
+    where = f"line {_line_of(blanked, int(pos), first_line)} of {shown}" if pos != float("inf") else None
+    cplusplus = "::" in name or name.startswith("operator")
+    kind = f"a {'host ' if language == 'cuda' else ''}{'C++' if cplusplus else 'C'} library function"
+    rule = ("device code cannot call it (nvcc rejects host calls in __global__ and __device__ functions)"
+            if language == "cuda" else "Metal has no C or C++ library, so a kernel cannot call it")
+    head = f"{where} calls `{name}`" if where else f"{shown} calls `{name}` (through a macro?)"
+    return f"{head}, {kind}: {rule}. {CAN_CALL[language]}"

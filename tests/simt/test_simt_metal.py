@@ -105,7 +105,8 @@ def test_threadgroup_vector_array(basics, mode):
 
 def test_threadgroup_array_without_barrier_is_a_race(basics):
     x = np.arange(64, dtype=np.float32)
-    with pytest.raises(KernelLaunchError, match="data race on shared memory"):
+    with pytest.raises(KernelLaunchError, match=r"data race on threadgroup memory: .* with no barrier between\. "
+                                                r"Put a threadgroup_barrier\(mem_flags::mem_threadgroup\) between"):
         basics.get_function("reverse_no_barrier")(1, 64, (x, np.zeros_like(x)), check="racecheck")
 
 

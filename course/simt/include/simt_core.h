@@ -23,12 +23,24 @@
 #define SIMT_HERE const char *simt_file = __builtin_FILE(), int simt_line = __builtin_LINE()
 #define SIMT_PC() (__builtin_extract_return_addr(__builtin_return_address(0)))
 
+// An address as a number the compiler knows nothing about, for checks of its alignment. Through a
+// reference or `this`, clang assumes the alignment the type promises and would fold away the very check
+// that catches a pointer cast breaking it (`*(float4 *)(p + 1)`); then the misaligned copy runs as an
+// aligned SSE load and faults.
+#define SIMT_ADDRESS_BITS(p) (::simt::address_bits(static_cast<const volatile void *>(p)))
+
 // The most `extern __shared__` memory one launch may ask for (an H100 block's limit, 227 KiB).
 #define SIMT_MAX_DYNAMIC_SHARED (227 * 1024)
 
 namespace simt {
 
 struct Dim3 { unsigned x, y, z; };
+
+__attribute__((always_inline, artificial)) inline uintptr_t address_bits(const volatile void *p) {
+    uintptr_t bits = reinterpret_cast<uintptr_t>(p);
+    __asm__("" : "+r"(bits));
+    return bits;
+}
 
 // The running thread. `current()` is valid only inside a kernel.
 struct ThreadCtx {
@@ -46,10 +58,16 @@ inline const ThreadCtx &current() { return *current_thread; }
 
 constexpr unsigned kWarpSize = 32;
 
+// What a barrier orders besides execution, for racecheck: Metal's mem_flags::mem_device and
+// mem_flags::mem_threadgroup have these values. CUDA's barriers order all memory; a Metal barrier with
+// mem_flags::mem_none makes the threads wait but orders no memory, so accesses on either side of it
+// may still race.
+enum Fence : unsigned { kFenceNone = 0, kFenceDevice = 1, kFenceShared = 2, kFenceAll = 3 };
+
 // Block-wide barrier (__syncthreads, threadgroup_barrier). `what` names it in messages. Returns
 // once every live thread of the block has arrived at this same barrier; a thread waiting at a
 // different barrier, or a deadlock, stops the launch (synccheck).
-void block_barrier(const char *what, const char *file, int line);
+void block_barrier(const char *what, const char *file, int line, unsigned fences = kFenceAll);
 
 // A warp collective (shuffles, reductions, __syncwarp, matrix ops). Every lane named in `mask`
 // (bit i = lane i of this warp) that is still running must call it, at the same source line. When
@@ -60,8 +78,9 @@ void block_barrier(const char *what, const char *file, int line);
 // Pointers stay valid during compute: every lane is suspended inside this call.
 using WarpCompute = void (*)(const void *const *in, void *const *out, uint32_t taking_part,
                              uint32_t lanes_in_warp);
+// `fences`: what it orders (simdgroup_barrier's mem_flags; every other collective orders all memory).
 void warp_collective(const char *what, uint32_t mask, const void *in, void *out,
-                     WarpCompute compute, const char *file, int line);
+                     WarpCompute compute, const char *file, int line, unsigned fences = kFenceAll);
 
 // Where each thread leaves the kernel, for synccheck's divergent-barrier rule (runtime.cpp). The
 // generated entry point calls kernel_lines() with the kernel's first line and the line of its closing

@@ -260,6 +260,7 @@ struct Fiber {
     const void *in = nullptr;
     void *out = nullptr;
     WarpCompute compute = nullptr;
+    unsigned fences = kFenceAll;  // the memory the barrier or collective it waits at orders (Metal's mem_flags)
     uint32_t warp_epoch = 0;
     int exit_line = 0;         // where the thread left the kernel (once it has)
     bool returned = false;     // by a `return` in the kernel's body (not by running off its end)
@@ -312,6 +313,15 @@ struct Worker {
     std::vector<int> ready;
     uint32_t alive = 0, at_barrier = 0;
     uint32_t barrier_epoch = 0;            // barriers passed in this block
+    // Racecheck: a barrier orders execution; it orders a kind of memory (kDeviceMemory, kSharedMemoryKind)
+    // only when it names it (Metal's mem_flags; CUDA's barriers order both). fenced_at[k]: barrier_epoch
+    // after the last barrier that ordered kind k, so an access made at epoch e is ordered before everything
+    // after that barrier when fenced_at[k] > e. The same per warp, counting its collectives.
+    uint32_t fenced_at[2] = {0, 0};
+    std::vector<uint32_t> warp_fenced_at[2];
+    struct Unfenced { const char *what = nullptr, *file = nullptr; int line = 0; };
+    Unfenced unfenced[2];                  // the last barrier that did not order kind k (for the report)
+    std::vector<Unfenced> warp_unfenced[2];
     std::vector<uint32_t> warp_alive;      // per warp: lanes that exist and have not exited
     std::vector<uint32_t> warp_epoch;      // per warp: collectives completed
     std::vector<uint32_t> warp_waiting;    // per warp: lanes waiting at a collective
@@ -405,9 +415,13 @@ void counters_barrier(Worker &w);
 
 uint32_t lane_bit(unsigned lane) { return uint32_t(1) << lane; }
 
-// Release every lane of a completed warp collective.
-void release_warp_group(Worker &w, unsigned warp, uint32_t group) {
+// Release every lane of a completed warp collective, which ordered the memory in `fences` (at `at`).
+void release_warp_group(Worker &w, unsigned warp, uint32_t group, unsigned fences, const Fiber &at) {
     ++w.warp_epoch[warp];
+    for (int k = 0; k < 2; ++k) {
+        if (fences & (1u << k)) w.warp_fenced_at[k][warp] = w.warp_epoch[warp];
+        else w.warp_unfenced[k][warp] = {at.what, at.file, at.line};
+    }
     for (unsigned lane = 0; lane < kWarpSize; ++lane) {
         if (!(group & lane_bit(lane))) continue;
         Fiber &f = w.fibers[warp * kWarpSize + lane];
@@ -443,11 +457,13 @@ void try_complete_group(Worker &w, unsigned warp, unsigned lane) {
     }
     const void *in[kWarpSize] = {};
     void *out[kWarpSize] = {};
+    unsigned fences = kFenceAll;  // what every lane's call orders
     for (unsigned other = 0; other < kWarpSize; ++other) {
         if (!(group & lane_bit(other))) continue;
         Fiber &g = w.fibers[warp * kWarpSize + other];
         in[other] = g.in;
         out[other] = g.out;
+        fences &= g.fences;
     }
     const unsigned first = warp * kWarpSize;
     const unsigned lanes_in_warp = unsigned(std::min<size_t>(kWarpSize, w.fibers.size() - first));
@@ -465,7 +481,7 @@ void try_complete_group(Worker &w, unsigned warp, unsigned lane) {
         if (group == w.warp_alive[warp]) counters_flush_warp(w, warp);
     }
     w.warp_waiting[warp] &= ~group;
-    release_warp_group(w, warp, group);
+    release_warp_group(w, warp, group, fences, f);
 }
 
 // After a lane of `warp` exited: a collective may now be complete without it.
@@ -545,6 +561,13 @@ void try_complete_barrier(Worker &w) {
     check_divergence(w, *first);
     if (g_launch->spec.counters) counters_barrier(w);
     ++w.barrier_epoch;
+    unsigned fences = kFenceAll;  // what every thread's barrier orders
+    for (const Fiber &f : w.fibers)
+        if (f.wait == Wait::kBarrier) fences &= f.fences;
+    for (int k = 0; k < 2; ++k) {
+        if (fences & (1u << k)) w.fenced_at[k] = w.barrier_epoch;
+        else w.unfenced[k] = {first->what, first->file, first->line};
+    }
     w.at_barrier = 0;
     std::vector<int> released;
     for (Fiber &f : w.fibers) {
@@ -682,6 +705,10 @@ void init_worker(Worker &w, uint32_t threads) {
     w.warp_alive.assign(warps, 0);
     w.warp_epoch.assign(warps, 0);
     w.warp_waiting.assign(warps, 0);
+    for (int k = 0; k < 2; ++k) {
+        w.warp_fenced_at[k].assign(warps, 0);
+        w.warp_unfenced[k].assign(warps, Worker::Unfenced{});
+    }
     if (s.counters) {
         w.sites.resize(warps);
         w.sites_epoch.assign(warps, 1);
@@ -701,6 +728,10 @@ void run_block(Worker &w, uint64_t linear_block) {
     w.alive = threads;
     w.at_barrier = 0;
     w.barrier_epoch = 0;
+    for (int k = 0; k < 2; ++k) {
+        w.fenced_at[k] = 0;
+        w.unfenced[k] = {};
+    }
     w.ready.clear();
     w.shared_shadow.clear();
     for (auto &region : w.region_shadow) std::fill(region.begin(), region.end(), Shadow{});
@@ -710,6 +741,10 @@ void run_block(Worker &w, uint64_t linear_block) {
         w.warp_alive[wi] = lanes == 32 ? 0xffffffffu : (lane_bit(lanes) - 1);
         w.warp_epoch[wi] = 0;
         w.warp_waiting[wi] = 0;
+        for (int k = 0; k < 2; ++k) {
+            w.warp_fenced_at[k][wi] = 0;
+            w.warp_unfenced[k][wi] = {};
+        }
     }
     if (s.memcheck || s.racecheck) {
         // Shared memory starts with garbage on a GPU; here with NaN bytes, so reading a slot nobody
@@ -728,6 +763,7 @@ void run_block(Worker &w, uint64_t linear_block) {
         f.t.warp = i / kWarpSize;
         f.t.warps = warps;
         f.wait = Wait::kNone;
+        f.fences = kFenceAll;
         f.warp_epoch = 0;
         f.exit_line = 0;
         f.returned = false;
@@ -762,15 +798,19 @@ std::string global_thread_text(uint64_t id) {
     return "thread " + dim_text(ti) + " of block " + dim_text(bi);
 }
 
-// Whether an earlier access (by thread `then`, at epochs e/we) is ordered before the current one.
-bool ordered(const Worker &w, const Fiber &f, uint64_t me, uint64_t then, uint32_t e, uint32_t we) {
+// The kind of memory a shadow cell belongs to, for what a barrier orders (Fence's bits).
+enum MemoryKind : int { kDeviceMemory = 0, kSharedMemoryKind = 1 };
+
+// Whether an earlier access (by thread `then`, at epochs e/we) to memory of `kind` is ordered before the
+// current one: a barrier that orders that memory, or a warp collective that does, came between.
+bool ordered(const Worker &w, const Fiber &f, uint64_t me, uint64_t then, uint32_t e, uint32_t we, int kind) {
     if (then == me) return true;
     const auto &s = g_launch->spec;
     const uint64_t per_block = uint64_t(s.block[0]) * s.block[1] * s.block[2];
     if ((then - 1) / per_block != (me - 1) / per_block) return false;  // different blocks: never
-    if (w.barrier_epoch != e) return true;                            // a barrier in between
+    if (w.fenced_at[kind] > e) return true;                           // a barrier in between
     const uint64_t other_linear = (then - 1) % per_block;
-    return other_linear / kWarpSize == f.t.warp && w.warp_epoch[f.t.warp] != we;  // a warp sync between
+    return other_linear / kWarpSize == f.t.warp && w.warp_fenced_at[kind][f.t.warp] > we;  // a warp sync between
 }
 
 uint64_t per_block_threads() {
@@ -782,27 +822,57 @@ uint64_t per_block_threads() {
 struct Place {
     const DeviceBuffer *buffer;  // null: shared memory
     size_t element;
+    int kind() const { return buffer ? kDeviceMemory : kSharedMemoryKind; }
     std::string text() const {
-        if (!buffer) return "shared memory";
+        if (!buffer) return g_launch->spec.is_metal ? "threadgroup memory" : "shared memory";
         return "`" + std::string(buffer->spec.name) + "` element " + std::to_string(element);
     }
 };
 
-void race(const Place &place, const char *what_then, uint64_t then, const void *pc_then, int access,
-          const Fiber &f, const void *pc_now, bool across_blocks) {
-    std::string msg = "data race on " + place.text() + ": " + global_thread_text(then - 1) + " " + what_then + " it at " +
-                      pc_text(pc_then) + ", then " + thread_text(f.t) + " " +
+// The earlier access of a race: by which thread, how, where, and at which epochs.
+struct Then {
+    const char *what;
+    uint64_t thread;
+    const void *pc;
+    uint32_t epoch, wepoch;
+};
+
+void race(const Worker &w, const Place &place, const Then &then, int access, const Fiber &f, const void *pc_now,
+          bool across_blocks) {
+    const bool metal = g_launch->spec.is_metal;
+    const int kind = place.kind();
+    std::string msg = "data race on " + place.text() + ": " + global_thread_text(then.thread - 1) + " " + then.what +
+                      " it at " + pc_text(then.pc) + ", then " + thread_text(f.t) + " " +
                       (access == kWrite ? "wrote" : access == kRead ? "read" : "updated") + " it at " + pc_text(pc_now);
+    const bool same_warp = (then.thread - 1) % per_block_threads() / kWarpSize == f.t.warp;
+    // Metal: the barriers between them made the threads wait, but did not name this memory's mem_flags.
+    const char *flag = kind == kDeviceMemory ? "mem_flags::mem_device" : "mem_flags::mem_threadgroup";
+    const char *memory = kind == kDeviceMemory ? "device memory" : "threadgroup memory";
+    const Worker::Unfenced *unfenced = nullptr;
+    if (!across_blocks && w.barrier_epoch != then.epoch) unfenced = &w.unfenced[kind];
+    else if (!across_blocks && same_warp && w.warp_epoch[f.t.warp] != then.wepoch)
+        unfenced = &w.warp_unfenced[kind][f.t.warp];
     if (across_blocks)
-        msg += ". Blocks run in no fixed order and nothing orders them within a launch: make the update atomic "
-               "(atomicAdd / atomic_fetch_add_explicit), or give each block its own addresses.";
-    else if ((then - 1) % per_block_threads() / kWarpSize == f.t.warp)
-        msg += ", with nothing ordering them. Both are in warp " + std::to_string(f.t.warp) +
-               ": a __syncwarp() / simdgroup_barrier between the write and the other lane's access is "
-               "enough (a barrier of the whole block works too).";
+        msg += metal ? ". Threadgroups run in no fixed order and nothing orders them within a dispatch: make the "
+                       "update atomic (atomic_fetch_add_explicit), or give each threadgroup its own addresses."
+                     : ". Blocks run in no fixed order and nothing orders them within a launch: make the update "
+                       "atomic (atomicAdd), or give each block its own addresses.";
+    else if (unfenced && unfenced->what)
+        msg += std::string(", with only ") + unfenced->what + " at " + where_text(unfenced->file, unfenced->line) +
+               " between them, which does not name " + flag + ": it makes the threads wait, but does not order " +
+               "their " + memory + ". Use " + unfenced->what + "(" + flag + ") there.";
+    else if (same_warp)
+        msg += ", with nothing ordering them. Both are in " + std::string(metal ? "simdgroup " : "warp ") +
+               std::to_string(f.t.warp) +
+               (metal ? std::string(": a simdgroup_barrier(") + flag + ") between the write and the other lane's "
+                            "access is enough (a threadgroup_barrier works too)."
+                      : ": a __syncwarp() between the write and the other lane's access is enough (a "
+                        "__syncthreads() works too).");
     else
-        msg += ", with no barrier between. Put a __syncthreads() / threadgroup_barrier between the write and "
-               "the other thread's access.";
+        msg += metal ? std::string(", with no barrier between. Put a threadgroup_barrier(") + flag +
+                           ") between the write and the other thread's access."
+                     : ", with no barrier between. Put a __syncthreads() between the write and the other thread's "
+                       "access.";
     abort_launch(msg);
 }
 
@@ -812,14 +882,16 @@ void check_shadow(Worker &w, Shadow &sh, int access, const void *pc, const Place
     const uint64_t per_block = uint64_t(s.block[0]) * s.block[1] * s.block[2];
     const uint64_t me = w.block_linear * per_block + f.t.linear + 1;
     const uint32_t e = w.barrier_epoch, we = w.warp_epoch[f.t.warp];
+    const int kind = where.kind();
     auto other_block = [&](uint64_t then) { return (then - 1) / per_block != (me - 1) / per_block; };
     // An atomic update conflicts only with plain writes, and a read only with plain writes too: a read
     // racing an atomic update is the first step of every compare-and-swap loop, which re-checks it.
-    if (sh.w_thread && !(sh.w_atomic && access != kWrite) && !ordered(w, f, me, sh.w_thread, sh.w_epoch, sh.w_wepoch))
-        race(where, sh.w_atomic ? "updated atomically" : "wrote", sh.w_thread, sh.w_pc, access, f, pc,
-             other_block(sh.w_thread));
+    if (sh.w_thread && !(sh.w_atomic && access != kWrite) &&
+        !ordered(w, f, me, sh.w_thread, sh.w_epoch, sh.w_wepoch, kind))
+        race(w, where, {sh.w_atomic ? "updated atomically" : "wrote", sh.w_thread, sh.w_pc, sh.w_epoch, sh.w_wepoch},
+             access, f, pc, other_block(sh.w_thread));
     if (access == kRead) {
-        if (sh.r_thread && sh.r_thread != me && !ordered(w, f, me, sh.r_thread, sh.r_epoch, sh.r_wepoch)) {
+        if (sh.r_thread && sh.r_thread != me && !ordered(w, f, me, sh.r_thread, sh.r_epoch, sh.r_wepoch, kind)) {
             sh.r_many = true;
             sh.r2_thread = sh.r_thread; sh.r2_pc = sh.r_pc; sh.r2_epoch = sh.r_epoch; sh.r2_wepoch = sh.r_wepoch;
         } else if (!sh.r_thread || sh.r_thread != me) {
@@ -828,10 +900,11 @@ void check_shadow(Worker &w, Shadow &sh, int access, const void *pc, const Place
         sh.r_thread = me; sh.r_pc = pc; sh.r_epoch = e; sh.r_wepoch = we;
         return;
     }
-    if (access == kWrite && sh.r_thread && !ordered(w, f, me, sh.r_thread, sh.r_epoch, sh.r_wepoch))
-        race(where, "read", sh.r_thread, sh.r_pc, access, f, pc, other_block(sh.r_thread));
-    if (access == kWrite && sh.r_many && !ordered(w, f, me, sh.r2_thread, sh.r2_epoch, sh.r2_wepoch))
-        race(where, "read", sh.r2_thread, sh.r2_pc, access, f, pc, other_block(sh.r2_thread));
+    if (access == kWrite && sh.r_thread && !ordered(w, f, me, sh.r_thread, sh.r_epoch, sh.r_wepoch, kind))
+        race(w, where, {"read", sh.r_thread, sh.r_pc, sh.r_epoch, sh.r_wepoch}, access, f, pc, other_block(sh.r_thread));
+    if (access == kWrite && sh.r_many && !ordered(w, f, me, sh.r2_thread, sh.r2_epoch, sh.r2_wepoch, kind))
+        race(w, where, {"read", sh.r2_thread, sh.r2_pc, sh.r2_epoch, sh.r2_wepoch}, access, f, pc,
+             other_block(sh.r2_thread));
     sh.w_thread = me; sh.w_pc = pc; sh.w_epoch = e; sh.w_wepoch = we; sh.w_atomic = access == kAtomic;
     sh.r_thread = 0; sh.r_many = false;
 }
@@ -1253,11 +1326,12 @@ void child_main() {
 // ------------------------------------------------------------------------------------------------
 // The core API (simt_core.h), called from kernel code.
 
-void block_barrier(const char *what, const char *file, int line) {
+void block_barrier(const char *what, const char *file, int line, unsigned fences) {
     Worker *w = tl_worker;
     Fiber &f = *w->running;
     f.returned = false;  // a `return` it passed was a lambda's, not the kernel's
     f.wait = Wait::kBarrier;
+    f.fences = fences;
     f.what = what;
     f.file = file;
     f.line = line;
@@ -1266,10 +1340,11 @@ void block_barrier(const char *what, const char *file, int line) {
 }
 
 void warp_collective(const char *what, uint32_t mask, const void *in, void *out, WarpCompute compute,
-                     const char *file, int line) {
+                     const char *file, int line, unsigned fences) {
     Worker *w = tl_worker;
     Fiber &f = *w->running;
     f.wait = Wait::kWarp;
+    f.fences = fences;
     f.what = what;
     f.file = file;
     f.line = line;
@@ -1387,6 +1462,28 @@ void __tsan_volatile_write4(void *p) { check_access(reinterpret_cast<uintptr_t>(
 void __tsan_func_exit(void *) {}
 void __tsan_vptr_update(void **, void *) {}
 void __tsan_vptr_read(void **) {}
+
+// Copies and fills of the kernel's memory: clang's -fsanitize=thread (LLVM 16 on) calls these for memcpy,
+// memmove and memset, and for the copies and fills it makes of loops and of large assignments. A read
+// of the source and a write of the destination, then the copy itself.
+void *__tsan_memcpy(void *d, const void *s, unsigned long n) {
+    if (n) {
+        check_access(reinterpret_cast<uintptr_t>(s), n, simt::kRead, SIMT_PC_HERE, false);
+        check_access(reinterpret_cast<uintptr_t>(d), n, simt::kWrite, SIMT_PC_HERE, false);
+    }
+    return memcpy(d, s, n);
+}
+void *__tsan_memmove(void *d, const void *s, unsigned long n) {
+    if (n) {
+        check_access(reinterpret_cast<uintptr_t>(s), n, simt::kRead, SIMT_PC_HERE, false);
+        check_access(reinterpret_cast<uintptr_t>(d), n, simt::kWrite, SIMT_PC_HERE, false);
+    }
+    return memmove(d, s, n);
+}
+void *__tsan_memset(void *d, int c, unsigned long n) {
+    if (n) check_access(reinterpret_cast<uintptr_t>(d), n, simt::kWrite, SIMT_PC_HERE, false);
+    return memset(d, c, n);
+}
 
 // Atomic operations in checked builds (a static local's guard, std::atomic in a kernel): done for
 // real, and reported as atomic accesses.
@@ -1516,7 +1613,9 @@ void *simt_prepare(const SimtLaunchSpec *spec) {
 long simt_start(void *handle, int output_fd) {
     using namespace simt;
     auto *L = static_cast<Launch *>(handle);
-    fflush(nullptr);
+    // No fflush before the fork: it would wait for every stdio stream's lock, and another thread of this
+    // process (a library logging to a full pipe, say) may hold one for as long as it likes. Nothing
+    // buffered here can come out twice: the child leaves by _exit, which flushes nothing.
     const pid_t pid = fork();
     if (pid != 0) return pid;
     if (output_fd >= 0) {

@@ -72,7 +72,7 @@ template <class T> struct Elem {
 // Every copy of a vector type is a vector load or store on a GPU, and must be aligned to its size.
 __attribute__((always_inline, artificial)) inline void check_vector(const void *dst, const void *src,
                                                                      unsigned align, const char *type) {
-    if (__builtin_expect(((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (align - 1)) != 0, 0))
+    if (__builtin_expect(((SIMT_ADDRESS_BITS(dst) | SIMT_ADDRESS_BITS(src)) & (align - 1)) != 0, 0))
         misaligned_vector(dst, src, align, type);
 #if SIMT_CHECKED
     note_vector(dst, src, align);  // counters mode: one vector access (the size of these types is their alignment)
@@ -243,7 +243,7 @@ namespace detail {
 enum class AtomicOp { kAdd, kSub, kExch, kMin, kMax, kAnd, kOr, kXor, kInc, kDec };
 
 template <class T> SIMT_CUDA_UNINSTRUMENTED void atomic_prologue(const char *what, T *addr, const void *pc) {
-    if (reinterpret_cast<uintptr_t>(addr) % sizeof(T) != 0)
+    if (SIMT_ADDRESS_BITS(addr) % sizeof(T) != 0)
         fail(pc, "misaligned %s at address %p: an atomic on a %u-byte value needs an address that is a multiple of %u",
              what, static_cast<void *>(addr), unsigned(sizeof(T)), unsigned(sizeof(T)));
 #if SIMT_CHECKED

@@ -87,7 +87,7 @@ SIMT_CUDA_COMPUTE void io_compute(const void *const *in, void *const *, uint32_t
 template <int kind, bool store, class T>
 SIMT_CUDA_UNINSTRUMENTED void matrix_io(const char *what, T *base, unsigned ldm, bool col_major, int rows, int cols,
                                         T *elems, const void *pc, const char *file, int line) {
-    if (reinterpret_cast<uintptr_t>(base) % 32 != 0)
+    if (SIMT_ADDRESS_BITS(base) % 32 != 0)
         fail(pc, "%s: misaligned pointer %p (%u bytes past a 32-byte boundary): wmma loads and stores need a "
              "256-bit (32-byte) aligned address.",
              what, static_cast<const void *>(base), unsigned(reinterpret_cast<uintptr_t>(base) % 32));

@@ -192,7 +192,7 @@ struct alignas(sizeof(T) * (N == 3 ? 4 : N)) vec : simt_impl::vec_base<T, N> {
     using simt_impl::vec_base<T, N>::s;
 
     __attribute__((always_inline)) static void check_aligned(const void *p, const char *how) {
-        if (reinterpret_cast<std::uintptr_t>(p) & (alignof(vec) - 1))
+        if (SIMT_ADDRESS_BITS(p) & (alignof(vec) - 1))
             simt_impl::misaligned(simt_impl::scalar_name<T>(), N, p, unsigned(alignof(vec)), how);
     }
 
@@ -239,16 +239,24 @@ struct alignas(sizeof(T) * (N == 3 ? 4 : N)) vec : simt_impl::vec_base<T, N> {
 #endif
     }
 
+    // Element by element, written out: clang turns a loop of copies into a call of memcpy, whose accesses
+    // its -fsanitize=thread (before LLVM 16) does not report, so racecheck would not see them.
+    __attribute__((always_inline)) void copy_elements(const vec &o) {
+        s[0] = o.s[0];
+        s[1] = o.s[1];
+        if constexpr (N > 2) s[2] = o.s[2];
+        if constexpr (N > 3) s[3] = o.s[3];
+    }
     __attribute__((always_inline)) vec(const vec &o) {
         check_aligned(&o, "read");
         count_copy(this, &o, sizeof(T) * N);
-        for (int i = 0; i < N; ++i) s[i] = o.s[i];
+        copy_elements(o);
     }
     __attribute__((always_inline)) vec &operator=(const vec &o) {
         check_aligned(&o, "read");
         check_aligned(this, "write");
         count_copy(this, &o, sizeof(T) * N);
-        for (int i = 0; i < N; ++i) s[i] = o.s[i];
+        copy_elements(o);
         return *this;
     }
 
@@ -627,11 +635,17 @@ enum class mem_flags : unsigned {
 };
 constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags(unsigned(a) | unsigned(b)); }
 constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags(unsigned(a) & unsigned(b)); }
+static_assert(unsigned(mem_flags::mem_device) == simt::kFenceDevice &&
+              unsigned(mem_flags::mem_threadgroup) == simt::kFenceShared, "the runtime reads mem_flags' bits");
 
-// Every thread of the threadgroup waits here; memory written before it is visible after it (a
-// block's threads share one OS thread, so the flags need no separate fences).
-inline void threadgroup_barrier(mem_flags, SIMT_HERE) {
-    simt::block_barrier("threadgroup_barrier", simt_file, simt_line);
+// Every thread of the threadgroup waits here. The flags say which memory it orders: writes before it to
+// threadgroup memory (mem_threadgroup) or device memory (mem_device) are visible after it to the other
+// threads of the threadgroup; with mem_none only execution is ordered, and racecheck reports threads that
+// rely on it for memory. (A block's threads share one OS thread, so the CPU needs no fences itself.)
+// mem_texture and the imageblock and object-data flags concern memory the runtime does not have.
+inline void threadgroup_barrier(mem_flags flags, SIMT_HERE) {
+    simt::block_barrier("threadgroup_barrier", simt_file, simt_line,
+                        unsigned(flags) & (simt::kFenceDevice | simt::kFenceShared));
 }
 
 namespace simt_impl {
@@ -654,10 +668,11 @@ inline lane_call here(const void *pc, const char *what) { return lane_call{pc, &
 
 }  // namespace simt_impl
 
-// Every live lane of the simdgroup waits here.
-inline void simdgroup_barrier(mem_flags, SIMT_HERE) {
+// Every live lane of the simdgroup waits here; the flags say which memory it orders, as for
+// threadgroup_barrier.
+inline void simdgroup_barrier(mem_flags flags, SIMT_HERE) {
     simt::warp_collective("simdgroup_barrier", simt_impl::kAllLanes, nullptr, nullptr, simt_impl::no_compute,
-                          simt_file, simt_line);
+                          simt_file, simt_line, unsigned(flags) & (simt::kFenceDevice | simt::kFenceShared));
 }
 
 // ------------------------------------------------------------------------------------------------
