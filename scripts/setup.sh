@@ -2,7 +2,9 @@
 # Sets up everything the course needs in ./.venv, idempotently.
 #   scripts/setup.sh            the course (JupyterLab, nbgrader, Triton, PyTorch)
 #   scripts/setup.sh --grade    the same plus bubblewrap, the sandbox submissions are graded in
-#   scripts/setup.sh --test     all of that plus the test tools and Debian's Chromium for the browser test
+#   scripts/setup.sh --test     all of that plus the test tools, Debian's Chromium for the browser test, and
+#                               .venv-triton-low: this .venv's packages with the lowest supported Triton instead
+#                               (tests/tools/test_triton_lowest.py runs the Triton track's tests there)
 #   scripts/setup.sh --slides   the course plus Playwright, which prints the slides' PDFs with a Chromium if one is installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,18 +26,29 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
     exit 1
 fi
 
+# A PyTorch that $PYTHON already has (a GPU machine's image, a Colab-style notebook server) is used as
+# it is, with the Triton it came with: the venv then sees $PYTHON's packages (--system-site-packages).
 if [ ! -x .venv/bin/python ]; then
-    echo "setup: creating .venv"
-    "$PYTHON" -m venv .venv || {
+    venv_flags=""
+    if "$PYTHON" -c 'import torch' 2>/dev/null; then
+        venv_flags="--system-site-packages"
+        echo "setup: creating .venv on top of $PYTHON's packages, to use its" \
+             "$("$PYTHON" -c 'import torch; print("torch", torch.__version__)')"
+    else
+        echo "setup: creating .venv"
+    fi
+    "$PYTHON" -m venv $venv_flags .venv || {
         echo "setup: 'python3 -m venv' failed; on Debian/Ubuntu install python3-venv first." >&2; exit 1; }
 fi
 PY=.venv/bin/python
 
-# PyTorch first, pinned to the version the course is tested with. On a CUDA machine the same
-# pin resolves to the CUDA build; an already installed torch is left alone.
+# Without a PyTorch, the pair the course is tested with (on Linux, the Triton that goes with it; on a
+# CUDA machine the same pins resolve to the CUDA build). An installed torch and its Triton are left alone.
 if ! $PY -c 'import torch' 2>/dev/null; then
-    echo "setup: installing PyTorch 2.13.0"
-    $PY -m pip install --quiet "torch==2.13.0"
+    pair="torch==2.13.0"
+    [ "$(uname -s)" = Linux ] && ! $PY -c 'import triton' 2>/dev/null && pair="$pair triton==3.9.0"
+    echo "setup: installing $pair"
+    $PY -m pip install --quiet --disable-pip-version-check $pair
 fi
 
 # Re-install the course only when its dependency list changed.
@@ -46,6 +59,34 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing the course package${extras:+ with test tools}"
     $PY -m pip install --quiet --disable-pip-version-check -e ".${extras}"
     touch "$stamp"
+fi
+
+# Triton 3.6's interpreter (the CPU tier) turns 1-element NumPy arrays into ints, which NumPy 2.4 refuses
+# (fixed from Triton 3.7 on): with such a Triton, a NumPy older than 2.4.
+numpy_for_triton='import sys, numpy, triton; v = lambda s: tuple(int(x) for x in s.split(".")[:2]); sys.exit(v(triton.__version__) < (3, 7) and v(numpy.__version__) >= (2, 4))'
+if $PY -c 'import triton' 2>/dev/null && ! $PY -c "$numpy_for_triton" 2>/dev/null; then
+    echo "setup: installing numpy<2.4 (Triton $($PY -c 'import triton; print(triton.__version__)')'s interpreter needs it)"
+    $PY -m pip install --quiet --disable-pip-version-check "numpy>=1.26,<2.4"
+fi
+
+# The lowest Triton the course supports, for its tests: .venv-triton-low has its own Triton (and a NumPy
+# that Triton's interpreter works with) and takes everything else, torch and the course included, from .venv.
+if [ $want_test = 1 ] && [ "$(uname -s)" = Linux ]; then
+    lowest=$($PY -c 'import re, tomllib; deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; print(next(re.match(r"triton>=([\d.]+)", d).group(1) for d in deps if d.startswith("triton>=")))')
+    low=.venv-triton-low
+    site=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    system=$(sed -n 's/^include-system-site-packages *= *//p' .venv/pyvenv.cfg)
+    want="triton==$lowest.* numpy>=1.26,<2.4 on $site (system site-packages: $system)"
+    if [ "$(cat $low/.course-low 2>/dev/null)" != "$want" ]; then
+        echo "setup: preparing $low (Triton $lowest, for the tests of the lowest supported Triton)"
+        rm -rf $low
+        $PY -m venv $([ "$system" = true ] && echo --system-site-packages) $low
+        $low/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "triton==$lowest.*" "numpy>=1.26,<2.4"
+        # After the install: pip must not see .venv's Triton and NumPy as this environment's to replace.
+        low_site=$($low/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        echo "import site; site.addsitedir('$site')" > "$low_site/zz-course-venv.pth"
+        echo "$want" > $low/.course-low
+    fi
 fi
 
 # The slides' PDFs need the playwright package (the version the test tools pin); Chromium is not installed for them.
