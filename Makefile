@@ -6,7 +6,7 @@ ASSIGNMENT ?= 01_naive_attention
 # `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
 TIER ?= cpu
 
-.PHONY: setup setup-grade setup-test lab lab-instructor test test-fast release check-release grade doctor bench slides clean
+.PHONY: setup setup-grade setup-test lab lab-instructor test test-fast test-gpu release check-release grade doctor bench slides clean
 
 setup:
 	@scripts/setup.sh
@@ -31,6 +31,15 @@ lab-instructor: setup
 
 test: setup-test
 	$(PY) -m pytest -n 2 --dist worksteal --durations=15
+
+# The GPU suite, on a machine with an NVIDIA GPU (docs/gpu.md): the Triton track compiled for the GPU, the CUDA C
+# launchers, the benchmark's GPU path and the solution notebooks of lessons 00-08, COURSE_TIER=auto. Without a GPU it
+# says so and fails. Offline, with the packages already importable: make -o setup-test test-gpu PY=python3
+GPU_JOBS ?= 8
+test-gpu: setup-test
+	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null || { \
+		echo "make test-gpu: $(PY) sees no NVIDIA GPU (torch.cuda.is_available() is false, or torch is missing), so there is no GPU suite to run here; make test runs the CPU suite." >&2; exit 3; }
+	COURSE_TEST_TIER=gpu $(PY) -m pytest -m gpu -n $(GPU_JOBS) --dist worksteal --durations=20
 
 # Everything but the notebook, grading and browser tests: a quick loop while editing.
 test-fast: setup-test

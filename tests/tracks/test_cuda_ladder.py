@@ -239,7 +239,7 @@ def test_the_benchmark_validates_on_the_cpu_and_says_there_is_no_gpu(monkeypatch
         assert re.search(rf"✓ {re.escape(exercise)} .*block_m", out), exercise
 
 
-def test_the_benchmark_stops_when_a_step_fails_validation(monkeypatch, capsys):
+def test_the_benchmark_reports_a_step_that_fails_validation_and_goes_on(monkeypatch, capsys, tmp_path):
     from course.tools import bench_cuda as cuda_bench
 
     wrong = next(w for w in WRONG_CUDA_KERNELS if w.id == "03.tiled_cuda:missing-rescale")
@@ -247,8 +247,17 @@ def test_the_benchmark_stops_when_a_step_fails_validation(monkeypatch, capsys):
     real = cuda_bench.module_for
     monkeypatch.setattr(cuda_bench, "module_for", lambda ex: broken if ex == "03.tiled_cuda" else real(ex))
     monkeypatch.setattr(cuda_bench, "gpu_status", lambda: (True, "pretend"))
-    monkeypatch.setattr(cuda_bench, "validate_gpu", lambda **kw: pytest.fail("validation failed: nothing may run on"))
-    assert cuda_bench.main(["--quick"]) == 1
+    on_gpu, timed = [], {}
+    monkeypatch.setattr(cuda_bench, "validate_gpu", lambda steps, **kw: on_gpu.extend(steps) or {
+        "04.double_buffer_cuda": "failed on the GPU: pretend"})
+    monkeypatch.setattr(cuda_bench, "time_gpu", lambda shapes, quick, reps, **kw: timed.update(kw) or [])
+    monkeypatch.setattr(cuda_bench.torch.cuda, "get_device_name", lambda *a: "pretend GPU")
+    steps = "02.online_softmax_cuda,03.tiled_cuda,04.double_buffer_cuda"
+    assert cuda_bench.main(["--quick", "--steps", steps, "--out", str(tmp_path / "table.md")]) == 1
     out = capsys.readouterr().out
     assert "✗ 03.tiled_cuda block_m=16 block_n=32 on the CPU runtime" in out and "wrong answer" in out
-    assert "✓ 02.online_softmax_cuda" in out
+    assert "✓ 02.online_softmax_cuda" in out and "✓ 04.double_buffer_cuda" in out   # the step after it still runs
+    assert on_gpu == steps.split(",")                                                 # every step goes to the GPU
+    assert timed["untimed"] == {"04.double_buffer_cuda": "failed on the GPU: pretend"}  # not timed, said why
+    assert list(timed["notes"]) == ["03.tiled_cuda"]                                   # timed, with a note
+    assert "Failed validation on the CPU runtime: 03.tiled_cuda." in out

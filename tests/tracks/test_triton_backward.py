@@ -16,6 +16,9 @@ import course
 from course import Case
 from course.budget import attention_budget, plain_attention
 from course.reference import attention, attention_backward
+from track_support import device, qkv
+
+pytestmark = [pytest.mark.gpu, pytest.mark.tier_devices]
 
 F16 = torch.float16
 EXERCISE = {"atomic": "07.backward_atomic_triton", "split": "07.backward_split_triton"}
@@ -44,7 +47,8 @@ def _direct_check(fn, case: Case, scale: float | None = None, yardstick: str = "
     q, k, v, do = _inputs(case)
     s = case.d ** -0.5 if scale is None else scale
     fwd = attention(q, k, v, case.causal, scale=s)
-    got = fn(q, k, v, fwd.o.to(case.dtype), fwd.lse.float(), do, causal=case.causal, scale=s)
+    args = (t.to(device()) for t in (q, k, v, fwd.o.to(case.dtype), fwd.lse.float(), do))
+    got = [g.cpu() for g in fn(*args, causal=case.causal, scale=s)]
     oracle = attention_backward(q, k, v, do, case.causal, scale=s)
     if yardstick == "autograd":
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
@@ -125,8 +129,11 @@ def test_fp32_peaky_against_saved_lse_yardstick(bwd, mode, causal):
 
 def test_small_blocks_skip_and_mask_correctly(bwd, monkeypatch):
     """Uneven, small blocks: many causal tiles skipped on both sides of the diagonal, tails everywhere."""
-    monkeypatch.setattr(bwd, "_config", lambda d, dtype, device: dict(pre_m=16, kv_m=16, kv_n=32, q_m=32, q_n=16,
-                                                                      warps=4, stages=1))
+    import triton
+    small = {"preprocess_delta_kernel": triton.Config({"BLOCK_M": 16}, num_warps=4, num_stages=1),
+             "dkdv_kernel": triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1),
+             "dq_kernel": triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)}
+    monkeypatch.setattr(bwd, "check_config", lambda d, dtype: small)
     # Nk - Nq = 17 and -15 put the first visible query of a key block one row past a query-block edge.
     for case in (Case(70, 87, 16, causal=True, seed=30), Case(129, 114, 32, causal=True, dtype=F16, seed=31),
                  Case(45, 70, 16, causal=False, seed=32)):
@@ -137,7 +144,8 @@ def test_small_blocks_skip_and_mask_correctly(bwd, monkeypatch):
 def _run(bwd, case: Case, **kwargs):
     q, k, v, do = _inputs(case)
     fwd = attention(q, k, v, case.causal)
-    return bwd.attention_backward(q, k, v, fwd.o.to(case.dtype), fwd.lse.float(), do, causal=case.causal, **kwargs)
+    args = (t.to(device()) for t in (q, k, v, fwd.o.to(case.dtype), fwd.lse.float(), do))
+    return bwd.attention_backward(*args, causal=case.causal, **kwargs)
 
 
 def test_the_two_dq_modes_agree(bwd):
@@ -165,7 +173,7 @@ def test_rows_without_keys_get_zero_gradient_and_no_nan(bwd):
 
 
 def test_bhnd_entry_matches_and_takes_strided_views(bwd):
-    q, k, v = course.make_qkv(33, 32, n_k=50, batch=(2, 3), seed=43)
+    q, k, v = qkv(33, 32, n_k=50, batch=(2, 3), seed=43)
     do = torch.randn_like(q)
     fwd = attention(q, k, v, True)
     args = (q, k, v, fwd.o.float(), fwd.lse.float(), do)
@@ -182,7 +190,7 @@ def test_bhnd_entry_matches_and_takes_strided_views(bwd):
 
 
 def test_input_checks(bwd):
-    q, k, v = course.make_qkv(8, 16, n_k=12, seed=44)
+    q, k, v = qkv(8, 16, n_k=12, seed=44)
     o, lse = attention(q, k, v)
     o, lse, do = o.float(), lse.float(), torch.randn_like(q)
     f = bwd.attention_backward
@@ -204,6 +212,8 @@ def test_input_checks(bwd):
         f(q, k, v[:5], o, lse, do)
 
 
+@pytest.mark.cpu_tier("the interpreter runs a kernel's body as Python, so the stub's NotImplementedError surfaces; "
+                     "a GPU compiler refuses the body instead")
 def test_stub_raises_not_implemented_and_regions_exist(tmp_path):
     from course.kernels import kernel_path, load_triton_module, read_region
     for name in ("preprocess_delta", "dkdv_inner_loop", "dq_atomic_add", "dq_split_kernel"):
@@ -214,7 +224,7 @@ def test_stub_raises_not_implemented_and_regions_exist(tmp_path):
     assert stub.count("raise NotImplementedError()") == 3
     (tmp_path / "stub07.py").write_text(stub)
     module = load_triton_module(str(tmp_path / "stub07.py"))
-    q, k, v = course.make_qkv(4, 16, seed=0)
+    q, k, v = qkv(4, 16, seed=0)
     o, lse = attention(q, k, v)
     from course.errors import root_cause
     with pytest.raises(Exception) as info:  # the interpreter wraps it in an InterpreterError

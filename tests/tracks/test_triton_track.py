@@ -13,6 +13,8 @@ from course.errors import CheckFailed
 
 STEPS = [s for s in triton_track.STEPS if s.id != "01.naive_triton"]  # lesson 01 has its own tests
 
+pytestmark = [pytest.mark.gpu, pytest.mark.tier_devices]
+
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda s: s.id)
 def test_course_kernel_passes_its_exercise(step):
@@ -30,6 +32,8 @@ def test_every_exercise_of_the_track_has_a_kernel_and_three_mistakes():
     assert len({w.id for w in WRONG_KERNELS}) == len(WRONG_KERNELS)
 
 
+@pytest.mark.cpu_tier("the corpus names the diagnoses of the CPU tier: its race detector and bounds checks see "
+                     "what a GPU only corrupts silently (and each wrong kernel would be a compile there)")
 @pytest.mark.parametrize("wrong", WRONG_KERNELS, ids=lambda w: w.id)
 def test_wrong_kernel_fails_its_check(wrong, tmp_path):
     fn = wrong.build(tmp_path)
