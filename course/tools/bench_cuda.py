@@ -7,12 +7,15 @@
 1. Validation, always: every step of the ladder (kernels/cuda/02-06) runs on the CPU SIMT runtime at
    several tile sizes (``TILE_CHOICES``), on shapes that are no multiple of any tile, and is compared
    with the float64 oracle within the error budget (O, and LSE where the step writes it; causal and
-   not for step 06). A step that fails stops the run: timing a wrong kernel tells nothing.
+   not for step 06). A step that fails is reported and the others go on.
 2. On an NVIDIA GPU (``course.simt.gpu.launch_cuda``: NVRTC through cupy or cuda-python), the same
-   validation on the GPU, then timings on (heads, N, N, D) float16 inputs: every tile choice of every
-   step, the best one reported, next to the previous step and ``torch`` SDPA on the same inputs;
-   lesson 01's naive kernel (one head per launch) is timed too where it compiles. The table goes to
-   ``docs/cuda_benchmarks.md`` (``--out``) with the device's name.
+   validation on the GPU, lesson 01's kernel included, then timings on (heads, N, N, D) float16 inputs:
+   every tile choice of every step, the best one reported, next to the previous step and ``torch`` SDPA
+   on the same inputs; lesson 01's naive kernel runs one head per launch. A step that fails on the GPU
+   (it does not compile there, or its answer is wrong) is not timed, since timing a wrong kernel tells
+   nothing: its row in the table says why, and every other step is still timed. A step that failed only
+   on the CPU runtime is timed, with a note. The table goes to ``docs/cuda_benchmarks.md`` (``--out``)
+   with the device's name; the exit status is 1 when any validation failed.
    Timing follows ``bench_triton``'s policy (:mod:`course.tools.timing`: an untimed first call,
    warm-up, at least ``--reps`` runs and 100 ms, an L2 flush before each run, the median), but a
    run's time is ``LaunchResult.seconds`` (launch to completion, measured on the host around the
@@ -21,8 +24,6 @@
    before the launch. SDPA is timed the same way (synchronize, call, synchronize). Steps 02-04
    compute in float32 and get float32 copies of the inputs (made outside the timed launch).
 3. Without a GPU it says so in one sentence, runs only the validation, and exits 0 when it passed.
-
-This module has not run on a GPU in this repository: the machines that run its tests have none.
 """
 from __future__ import annotations
 
@@ -100,21 +101,28 @@ def _function(exercise: str, tiles: Tiles, module=None, runner=None) -> Callable
     return lambda q, k, v: forward(exercise, module, q, k, v, None, False, tiles, runner=runner)
 
 
-def validate_cpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print) -> bool:
-    """Every step at every tile choice on the CPU runtime against the oracle; True when all pass."""
-    ok = True
+def validate_cpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print
+                 ) -> dict[str, str]:
+    """Every step at every tile choice on the CPU runtime against the oracle: {step: why it failed} for the
+    steps that failed (empty when all passed). A failing step does not stop the others."""
+    failed: dict[str, str] = {}
     for exercise in steps:
-        module = module_for(exercise)
+        try:
+            module = module_for(exercise)
+        except CourseError as e:  # it does not compile for the CPU runtime here
+            log(f"✗ {exercise} does not compile for the CPU runtime:\n{e}")
+            failed[exercise] = f"does not compile for the CPU runtime: {_short(e)}"
+            continue
         for tiles in _choices(exercise, quick):
             try:
                 report = _check(exercise, _function(exercise, tiles, module=module))
-            except CheckFailed as failure:
+            except (CheckFailed, CourseError) as failure:
                 log(f"✗ {exercise} {tiles_text(tiles)} on the CPU runtime:\n{failure}")
-                ok = False
+                failed.setdefault(exercise, f"{tiles_text(tiles)} failed on the CPU runtime: {_short(failure)}")
                 continue
             log(f"✓ {exercise} {tiles_text(tiles)}: {report.cases} cases within budget "
                 f"on the CPU runtime (worst {report.worst_ratio:.2f}× of budget)")
-    return ok
+    return failed
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,19 +154,33 @@ class _GpuRunner:
         self.seconds.append(gpu.launch_cuda(None, self.path, name, grid, block, args, shared_mem=shared_mem).seconds)
 
 
-def validate_gpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print) -> bool:
-    ok = True
-    for exercise in steps:
-        for tiles in _choices(exercise, quick):
-            try:
+def _naive_on_gpu(q, k, v):
+    """Lesson 01's kernel on the GPU, as check_attention calls it."""
+    from course.tracks.cuda_gpu import GpuRunner, run_step
+    runner = GpuRunner(path=kernel_path(STEPS["01.naive_cuda"].kernel_file))
+    return run_step("01.naive_cuda", runner, q, k, v)
+
+
+def validate_gpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print,
+                 naive: bool = True) -> dict[str, str]:
+    """The CPU validation on the GPU (lesson 01's kernel too, with ``naive``): {step: why it failed} for the
+    steps that failed at any tile choice (empty when all passed). A failing step does not stop the others."""
+    failed: dict[str, str] = {}
+    work = ([("01.naive_cuda", None)] if naive else []) + [(e, t) for e in steps for t in _choices(e, quick)]
+    for exercise, tiles in work:
+        label = f"{exercise} {tiles_text(tiles)}" if tiles else exercise
+        try:
+            if tiles is None:
+                report = check_attention(exercise, _naive_on_gpu, validation_cases(exercise), device="cuda")
+            else:
                 report = _check(exercise, _function(exercise, tiles, runner=_GpuRunner(exercise)), device="cuda")
-            except (CheckFailed, CourseError) as failure:
-                log(f"✗ {exercise} {tiles_text(tiles)} on the GPU:\n{failure}")
-                ok = False
-                continue
-            log(f"✓ {exercise} {tiles_text(tiles)}: {report.cases} cases within budget "
-                f"on the GPU (worst {report.worst_ratio:.2f}× of budget)")
-    return ok
+        except (CheckFailed, CourseError) as failure:
+            log(f"✗ {label} on the GPU:\n{failure}")
+            failed.setdefault(exercise, f"{tiles_text(tiles) + ' ' if tiles else ''}failed on the GPU: "
+                                        f"{_short(failure)}")
+            continue
+        log(f"✓ {label}: {report.cases} cases within budget on the GPU (worst {report.worst_ratio:.2f}× of budget)")
+    return failed
 
 
 @dataclass
@@ -226,34 +248,46 @@ def _time_sdpa(q, k, v, causal: bool, reps: int, flush: Callable[[], object]) ->
 
 
 def time_gpu(shapes: Sequence[tuple[int, int, int, bool]], quick: bool, reps: int,
-             log: Callable[[str], None] = print, steps: Sequence[str] = LADDER) -> list[LadderResult]:
+             log: Callable[[str], None] = print, steps: Sequence[str] = LADDER,
+             untimed: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> list[LadderResult]:
+    """Every step on every shape (its fastest tile choice), lesson 01's kernel and SDPA. ``untimed``: steps
+    not to time, with why (they failed validation on the GPU); ``notes``: a remark for a step's rows."""
+    untimed, notes = untimed or {}, notes or {}
     results: list[LadderResult] = []
     flush = cuda_l2_flush()
     for heads, n, d, causal in shapes:
         shape = (heads, n, d, causal)
+        rows: list[LadderResult] = []
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(heads, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
         if not causal:
-            try:
-                results.append(LadderResult(shape, "01.naive_cuda", _time_naive(q, k, v, max(2, reps // 4), flush)))
-            except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
-                results.append(LadderResult(shape, "01.naive_cuda", None, note=_short(e)))
+            if "01.naive_cuda" in untimed:
+                rows.append(LadderResult(shape, "01.naive_cuda", None, note=f"not timed: {untimed['01.naive_cuda']}"))
+            else:
+                try:
+                    rows.append(LadderResult(shape, "01.naive_cuda", _time_naive(q, k, v, max(2, reps // 4), flush)))
+                except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
+                    rows.append(LadderResult(shape, "01.naive_cuda", None, note=_short(e)))
         for exercise in steps:
             if causal and not STEPS[exercise].causal:
+                continue
+            if exercise in untimed:
+                rows.append(LadderResult(shape, exercise, None, note=f"not timed: {untimed[exercise]}"))
                 continue
             best: LadderResult | None = None
             for tiles in _choices(exercise, quick):
                 try:
-                    t = LadderResult(shape, exercise, _time_step(exercise, tiles, q, k, v, causal, reps, flush), tiles)
+                    t = LadderResult(shape, exercise, _time_step(exercise, tiles, q, k, v, causal, reps, flush), tiles,
+                                     note=notes.get(exercise, ""))
                 except Exception as e:  # noqa: BLE001
                     t = LadderResult(shape, exercise, None, tiles, note=_short(e))
                 if best is None or (t.ms is not None and (best.ms is None or t.ms < best.ms)):
                     best = t
-            results.append(best)  # type: ignore[arg-type]
-        results.append(LadderResult(shape, "torch SDPA", _time_sdpa(q, k, v, causal, reps, flush)))
-        for t in results[-(len(steps) + 2):]:
-            if t.shape == shape:
-                log(f"{_shape_text(shape)}  {t.name:22s} " + (f"{t.ms:9.3f} ms" if t.ms else f"failed: {t.note}"))
+            rows.append(best)  # type: ignore[arg-type]
+        rows.append(LadderResult(shape, "torch SDPA", _time_sdpa(q, k, v, causal, reps, flush)))
+        for t in rows:
+            log(f"{_shape_text(shape)}  {t.name:22s} " + (f"{t.ms:9.3f} ms" if t.ms else f"failed: {t.note}"))
+        results += rows
     return results
 
 
@@ -267,6 +301,11 @@ def _shape_text(shape: tuple[int, int, int, bool]) -> str:
     return f"H={heads} N={n} D={d}{' causal' if causal else ''}"
 
 
+def _cell(text: str) -> str:
+    """``text`` safe inside a markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
 def render_markdown(results: Sequence[LadderResult], device: str, when: str) -> str:
     """The timings as markdown: one table per shape; each step against the previous one and SDPA."""
     lines = ["# The CUDA C ladder on a GPU", "",
@@ -278,17 +317,17 @@ def render_markdown(results: Sequence[LadderResult], device: str, when: str) -> 
         rows = [t for t in results if t.shape == shape]
         sdpa = next((t.ms for t in rows if t.name == "torch SDPA"), None)
         lines += [f"## {_shape_text(shape)}", "",
-                  "| step | tiles | ms | TFLOP/s | vs previous step | vs SDPA |",
-                  "|---|---|--:|--:|--:|--:|"]
+                  "| step | tiles | ms | TFLOP/s | vs previous step | vs SDPA | note |",
+                  "|---|---|--:|--:|--:|--:|---|"]
         previous = None
         for t in rows:
             tiles = tiles_text(t.tiles) if t.tiles else ""
             if t.ms is None:
-                lines.append(f"| {t.name} | {tiles} | failed: {t.note} | | | |")
+                lines.append(f"| {t.name} | {tiles} | – | | | | {_cell(t.note) or 'failed'} |")
                 continue
             vs_prev = f"{previous / t.ms:.2f}× faster" if previous and t.name != "torch SDPA" else ""
             vs_sdpa = f"{t.ms / sdpa:.2f}× SDPA's time" if sdpa and t.name != "torch SDPA" else ""
-            lines.append(f"| {t.name} | {tiles} | {t.ms:.3f} | {t.tflops:.1f} | {vs_prev} | {vs_sdpa} |")
+            lines.append(f"| {t.name} | {tiles} | {t.ms:.3f} | {t.tflops:.1f} | {vs_prev} | {vs_sdpa} | {_cell(t.note)} |")
             if t.name != "torch SDPA":
                 previous = t.ms
         lines.append("")
@@ -324,23 +363,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not a step of the CUDA ladder: {', '.join(unknown)}; the steps are {', '.join(LADDER)}", file=sys.stderr)
         return 2
     print("Validating every step on the CPU SIMT runtime against the float64 oracle:")
-    if not validate_cpu(steps, quick=args.quick):
-        return 1
+    cpu_failed = validate_cpu(steps, quick=args.quick)
     if not ok:
-        return 0
+        _summary(cpu_failed, {})
+        return 1 if cpu_failed else 0
     print("Validating every step on the GPU:")
-    if not validate_gpu(steps, quick=args.quick):
-        return 1
+    gpu_failed = validate_gpu(steps, quick=args.quick)
     sizes = [int(s) for s in args.sizes.split(",")][:1 if args.quick else None]
     dims = [int(s) for s in args.head_dims.split(",")][:1 if args.quick else None]
     shapes = [(args.heads, n, d, causal) for n in sizes for d in dims for causal in (False, True)]
-    results = time_gpu(shapes, args.quick, args.reps, steps=steps)
+    notes = {e: f"CPU runtime: {why}" for e, why in cpu_failed.items() if e not in gpu_failed}
+    results = time_gpu(shapes, args.quick, args.reps, steps=steps, untimed=gpu_failed, notes=notes)
     device = torch.cuda.get_device_name(0)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(results, device, when))
     print(f"Wrote {args.out}")
-    return 0
+    _summary(cpu_failed, gpu_failed)
+    return 1 if cpu_failed or gpu_failed else 0
+
+
+def _summary(cpu_failed: dict[str, str], gpu_failed: dict[str, str]) -> None:
+    for where, failed in (("on the CPU runtime", cpu_failed), ("on the GPU", gpu_failed)):
+        if failed:
+            print(f"Failed validation {where}: {', '.join(failed)}.")
 
 
 if __name__ == "__main__":

@@ -199,6 +199,152 @@ def test_the_cuda_sources_of_the_gpu_tests_compile_with_nvcc(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
+# NVRTC's CUDA headers: the search over directory trees (no GPU needed)
+# ------------------------------------------------------------------------------------------------
+
+MMA_KERNEL = "#include <cuda_fp16.h>\n#include <mma.h>\n// #include <not_this.h>\n__global__ void k() {}\n"
+
+
+def header_tree(root: Path, version: int | None = 13000, with_crt: bool = True) -> Path:
+    """A fake CUDA include directory: cuda.h (with CUDA_VERSION), cuda_fp16.h, and mma.h, which includes
+    "crt/mma.h" as the real one does; ``with_crt=False`` leaves that part out, as pip's nvidia/cu13 does."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cuda.h").write_text(f"#define CUDA_VERSION {version}\n" if version else "/* no version */\n")
+    (root / "cuda_fp16.h").write_text('#include "cuda_fp16.hpp"\n#include <nv/target>\n')
+    (root / "cuda_fp16.hpp").write_text("struct __half {};\n")
+    (root / "mma.h").write_text('#if defined(__cplusplus)\n#include "crt/mma.h"\n#endif\n')
+    if with_crt:
+        (root / "crt").mkdir(exist_ok=True)
+        (root / "crt" / "mma.h").write_text('#include "mma.hpp"\n')
+        (root / "crt" / "mma.hpp").write_text("namespace nvcuda {}\n")
+    return root
+
+
+def test_kernel_includes_are_read_outside_comments_once_each():
+    assert gpu.kernel_includes(MMA_KERNEL + '#include "mine.h"\n/* #include <x.h> */\n#include <mma.h>\n') == [
+        ("cuda_fp16.h", False), ("mma.h", False), ("mine.h", True)]
+
+
+def test_candidates_come_in_the_documented_order_each_directory_once(tmp_path):
+    home = header_tree(tmp_path / "home" / "targets" / "x86_64-linux" / "include").parents[2]
+    header_tree(home / "include")
+    nvcc_root = tmp_path / "toolkit"
+    (nvcc_root / "bin").mkdir(parents=True)
+    (nvcc_root / "bin" / "nvcc").write_text("")
+    header_tree(nvcc_root / "include", 12040)
+    usr_local = tmp_path / "usr_local"
+    for name in ("cuda-12.4", "cuda-13.0", "cuda-12.10"):
+        header_tree(usr_local / name / "include")
+    (usr_local / "cuda").symlink_to(usr_local / "cuda-13.0")   # the same toolkit twice: listed once
+    (usr_local / "cuda-empty").mkdir()                          # no headers: not listed
+    triton = tmp_path / "triton"
+    header_tree(triton / "backends" / "nvidia" / "include", 12080)
+    pip_root = tmp_path / "site" / "nvidia"
+    header_tree(pip_root / "cu13" / "include", with_crt=False)
+    found = gpu.cuda_header_candidates(env={"CUDA_HOME": str(home)}, nvcc=str(nvcc_root / "bin" / "nvcc"),
+                                       usr_local=usr_local, triton=triton, pip_roots=[pip_root],
+                                       pathfinder=[pip_root / "cu13" / "include"])
+    assert [(c.path, c.version) for c in found] == [
+        (home / "targets" / "x86_64-linux" / "include", (13, 0)), (home / "include", (13, 0)),
+        (nvcc_root / "include", (12, 4)),
+        (usr_local / "cuda" / "include", (13, 0)),        # /usr/local/cuda first, then newest first
+        (usr_local / "cuda-12.10" / "include", (13, 0)), (usr_local / "cuda-12.4" / "include", (13, 0)),
+        (triton / "backends" / "nvidia" / "include", (12, 8)),
+        (pip_root / "cu13" / "include", (13, 0))]
+    assert [c.source for c in found][:3] == ["CUDA_HOME", "CUDA_HOME", f"the toolkit of {nvcc_root / 'bin' / 'nvcc'}"]
+
+
+def test_an_incomplete_directory_is_passed_over_for_a_complete_one(tmp_path):
+    pip = header_tree(tmp_path / "pip", with_crt=False)
+    toolkit = header_tree(tmp_path / "toolkit")
+    candidates = [gpu.HeaderDir(pip, "pip", (13, 0)), gpu.HeaderDir(toolkit, "toolkit", (13, 0))]
+    assert gpu.choose_cuda_headers(MMA_KERNEL, candidates, (13, 0)).path == toolkit
+    # A kernel that includes only cuda_fp16.h does not need crt/mma.h: the first directory does.
+    assert gpu.choose_cuda_headers("#include <cuda_fp16.h>\n", candidates, (13, 0)).path == pip
+    # A kernel that includes nothing of CUDA's needs no include path at all, even where there is none.
+    assert gpu.choose_cuda_headers("__global__ void k() {}\n", [], (13, 0)) is None
+    assert gpu.choose_cuda_headers('#include "mine.h"\n', candidates, (13, 0)) is None
+
+
+def test_only_incomplete_headers_is_one_sentence_naming_what_is_missing_and_where(tmp_path):
+    pip = header_tree(tmp_path / "site" / "nvidia" / "cu13" / "include", with_crt=False)
+    with pytest.raises(gpu.CudaHeadersMissing) as caught:
+        gpu.choose_cuda_headers(MMA_KERNEL, [gpu.HeaderDir(pip, "pip's nvidia packages", (13, 0))], (13, 0))
+    message = str(caught.value)
+    assert f"{pip} (pip's nvidia packages) lacks crt/mma.h" in message
+    assert "install the CUDA toolkit 13.0" in message and "CUDA_HOME" in message
+    assert is_sentence(message), message
+
+
+def test_no_cuda_headers_at_all_is_a_sentence_too(tmp_path):
+    with pytest.raises(gpu.CudaHeadersMissing, match=r"mma\.h is in no CUDA header directory here") as caught:
+        gpu.choose_cuda_headers("#include <mma.h>\n", [], (12, 6))
+    assert is_sentence(str(caught.value)) and "CUDA toolkit 12.6" in str(caught.value)
+
+
+def test_headers_of_nvrtc_version_win_over_earlier_ones(tmp_path):
+    triton = header_tree(tmp_path / "triton", 12080)
+    toolkit = header_tree(tmp_path / "toolkit", 13000)
+    unknown = header_tree(tmp_path / "unknown", None)
+    found = [gpu.HeaderDir(p, p.name, gpu.header_version(p)) for p in (triton, unknown, toolkit)]
+    assert [c.version for c in found] == [(12, 8), None, (13, 0)]
+    assert gpu.choose_cuda_headers(MMA_KERNEL, found, (13, 0)).path == toolkit    # exact match first
+    assert gpu.choose_cuda_headers(MMA_KERNEL, found, (12, 8)).path == triton
+    assert gpu.choose_cuda_headers(MMA_KERNEL, found, (12, 4)).path == triton     # same major, first found
+    assert gpu.choose_cuda_headers(MMA_KERNEL, found[:2], (13, 1)).path == unknown  # unknown version: tried
+    with pytest.raises(gpu.CudaHeadersMissing, match=r"do not match NVRTC's CUDA 13\.1"):
+        gpu.choose_cuda_headers(MMA_KERNEL, found[:1], (13, 1))
+    assert gpu.choose_cuda_headers(MMA_KERNEL, found, None).path == triton         # NVRTC silent: first complete
+
+
+# ------------------------------------------------------------------------------------------------
+# A checked %%cuda kernel on the GPU too (course.tracks.cuda_gpu): the comparison, with the CPU runtime
+# on both sides where there is no GPU
+# ------------------------------------------------------------------------------------------------
+
+def test_the_same_kernel_through_two_runners_agrees_exactly():
+    from course.tracks import cuda as cuda_track, cuda_gpu
+    module = cuda_track.module_for("03.tiled_cuda")
+    result = cuda_gpu.compare("03.tiled_cuda", cuda_gpu.cpu_runner(module), cuda_gpu.cpu_runner(module))
+    assert result.agrees and result.max_difference == 0.0 and 0 < result.worst_ratio <= 1.0
+    assert result.allowed > 0
+
+
+@pytest.mark.parametrize("exercise", ["01.naive_cuda", "06.causal_cuda"])
+def test_a_runner_whose_output_is_off_disagrees(exercise):
+    """The other side writes O a little wrong (as a GPU with a race would): the comparison says so."""
+    from course.tracks import cuda as cuda_track, cuda_gpu
+    module = cuda_track.module_for(exercise)
+    honest = cuda_gpu.cpu_runner(module)
+
+    def off(name, grid, block, args, shared_mem=0):
+        honest(name, grid, block, args, shared_mem)
+        args[3].add_(0.1)  # O, the fourth argument of every forward kernel
+    result = cuda_gpu.compare(exercise, honest, off)
+    assert result.case.causal == (exercise == "06.causal_cuda")
+    assert not result.agrees and result.max_difference > result.allowed
+
+
+def test_without_a_gpu_the_gpu_run_is_skipped_with_a_reason_and_prints_nothing(monkeypatch, capsys):
+    from course.tracks import cuda as cuda_track, cuda_gpu
+    if CUDA_OK:
+        pytest.skip("this machine has a CUDA GPU tier")
+    ok, why = cuda_gpu.gpu_leg_status()
+    assert not ok and why == CUDA_WHY and is_sentence(why)
+    module = cuda_track.module_for("02.online_softmax_cuda")
+    assert cuda_gpu.gpu_note("02.online_softmax_cuda", module) is None
+    # A machine whose driver shows a GPU that cannot be used from here gets one line saying why.
+    monkeypatch.setattr(cuda_gpu, "_has_nvidia_gpu", lambda: True)
+    assert cuda_gpu.gpu_note("02.online_softmax_cuda", module) == f"GPU run skipped: {why}"
+    assert cuda_gpu.gpu_note("07.backward_atomic_cuda", module) is None   # not a forward step: no line at all
+    monkeypatch.undo()
+    import course
+    course.check("01.naive_cuda", cuda_track.module_for("01.naive_cuda"))
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and printed[0].startswith("✓ 01.naive_cuda"), printed
+
+
+# ------------------------------------------------------------------------------------------------
 # On a GPU
 # ------------------------------------------------------------------------------------------------
 
@@ -257,3 +403,87 @@ def test_metal_vector_add():
     def launch(a, b, c, n):
         gpu.launch_metal(METAL_VECTOR_ADD, "vector_add", (n + 63) // 64, 64, (a, b, c, n))
     assert_vector_add(launch, seed=2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Every CUDA step of the course through NVRTC on the GPU, against the float64 oracle
+# ------------------------------------------------------------------------------------------------
+
+def _on_gpu(exercise: str):
+    """Step ``exercise``'s kernel file compiled by NVRTC, as check_attention calls a step (O, and LSE where written)."""
+    from course.kernels import kernel_path
+    from course.tracks import cuda as cuda_track, cuda_gpu
+
+    step = cuda_track.STEPS[exercise]
+    runner = cuda_gpu.GpuRunner(path=kernel_path(step.kernel_file))
+    if step.layout == "naive":
+        return lambda q, k, v: cuda_gpu.run_step(exercise, runner, q, k, v)
+    if step.causal:
+        return lambda q, k, v, causal=False: cuda_track.forward(exercise, None, q, k, v, None, causal, runner=runner)
+    return lambda q, k, v: cuda_track.forward(exercise, None, q, k, v, runner=runner)
+
+
+@needs_cuda
+@pytest.mark.parametrize("exercise", ["01.naive_cuda", "02.online_softmax_cuda", "03.tiled_cuda",
+                                      "04.double_buffer_cuda", "05.mma_cuda", "06.causal_cuda"])
+def test_every_forward_step_compiles_with_nvrtc_and_matches_the_oracle_on_the_gpu(exercise):
+    from course.engines import check_attention
+    from course.tools.bench_cuda import validation_cases
+    from course.tracks import cuda as cuda_track
+
+    step = cuda_track.STEPS[exercise]
+    report = check_attention(exercise, _on_gpu(exercise), validation_cases(exercise), with_lse=step.writes_lse,
+                             pass_causal=step.causal, device="cuda")
+    assert report.cases >= 2 and report.worst_ratio <= 1.0
+
+
+@needs_cuda
+@pytest.mark.parametrize("kind", ["atomic", "split"])
+def test_the_backward_kernels_compile_with_nvrtc_and_match_the_oracle_on_the_gpu(kind):
+    from course.engines import check_backward
+    from course.inputs import Case
+    from course.kernels import kernel_path
+    from course.simt import RawModule
+    from course.tracks import cuda as cuda_track, cuda_gpu
+
+    module = cuda_gpu.GpuModule(RawModule(path=kernel_path(cuda_track.BACKWARD_FILES[kind]), compile_now=None))
+    launch = cuda_track.backward_atomic if kind == "atomic" else cuda_track.backward_split
+    cases = [Case(17, 40, 16, causal=True, seed=1), Case(1, 1, 16), Case(65, 17, 32, causal=True, seed=2),
+             Case(33, 20, 128, kind="peaky", seed=3)]
+    report = check_backward(f"07.backward_{kind}_cuda", lambda *a, **kw: launch(module, *a, **kw), cases)
+    assert report.cases == len(cases) and module.runner.seconds
+
+
+@needs_cuda
+def test_a_checked_cuda_kernel_also_runs_on_the_gpu_and_says_so_in_one_more_line(monkeypatch, capsys):
+    import course
+    from course import tiers
+    from course.tracks import cuda as cuda_track
+
+    module = cuda_track.module_for("03.tiled_cuda")
+    if tiers.device() != "cuda":
+        # The CPU suite runs the course on its CPU tier (tests/conftest.py): the GPU run is skipped, in a line.
+        course.check("03.tiled_cuda", module)
+        printed = capsys.readouterr().out.strip().splitlines()
+        assert printed[-1].startswith("GPU run skipped: the course runs on its CPU tier"), printed
+        monkeypatch.setattr(tiers, "device", lambda: "cuda")   # as on the GPU tier (make test-gpu)
+    report = course.check("03.tiled_cuda", module)
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[0].startswith("✓ 03.tiled_cuda") and "CPU SIMT runtime" in printed[0]
+    assert printed[1].startswith("✓ also on the GPU") and "SDPA" in printed[1], printed
+    assert report.cases > 0   # the grade is the CPU runtime's report
+
+
+def test_the_benchmark_table_shows_why_a_step_has_no_time_and_the_others_keep_theirs():
+    from course.tools.bench_cuda import LadderResult, render_markdown
+    from course.tracks.cuda import Tiles
+
+    shape = (16, 1024, 64, False)
+    rows = [LadderResult(shape, "02.online_softmax_cuda", 2.0, Tiles(4)),
+            LadderResult(shape, "05.mma_cuda", None, note="not timed: failed on the GPU: a | b"),
+            LadderResult(shape, "06.causal_cuda", 0.5, Tiles(64, 64), note="CPU runtime: does not compile"),
+            LadderResult(shape, "torch SDPA", 0.25)]
+    table = render_markdown(rows, "pretend GPU", "now").splitlines()
+    assert "| 05.mma_cuda |  | – | | | | not timed: failed on the GPU: a \\| b |" in table
+    assert "| 06.causal_cuda | block_m=64 block_n=64 | 0.500 | 8.6 | 4.00× faster | 2.00× SDPA's time | " \
+           "CPU runtime: does not compile |" in table
