@@ -112,21 +112,51 @@ def detect_tiers() -> list[Tier]:
     metal_ok, metal_detail = apple_metal()
     cxx = _cxx_version()
     return [
-        Tier("Triton interpreter (CPU)", triton is not None,
-             f"triton {triton}" if triton else "needs the triton package (Linux wheels only): pip install triton"),
+        Tier("Triton interpreter (CPU)", *_triton_interpreter(triton)),
         Tier("Triton native (GPU)", triton is not None and gpu is not None,
              f"{gpu}" if (triton and gpu) else "needs an NVIDIA (CUDA) or AMD (ROCm) GPU with a matching PyTorch and triton"),
         Tier("CUDA C on the CPU runtime", cxx is not None,
              f"{cxx} compiles kernels; threads run as fibers, with memcheck and racecheck" if cxx
-             else "needs a C++ compiler: apt-get install g++ (make lab installs it)"),
+             else _NEEDS_CXX),
         Tier("Metal on the CPU runtime", cxx is not None,
              f"{cxx} compiles kernels through the course's Metal front end" if cxx
-             else "needs a C++ compiler: apt-get install g++ (make lab installs it)"),
+             else _NEEDS_CXX),
         Tier("nvcc compile gate", nvcc is not None, nvcc or "needs the CUDA toolkit's nvcc on PATH"),
         Tier("CUDA GPU", gpu is not None, gpu or "no CUDA device visible to PyTorch"),
         Tier("Apple Metal GPU", metal_ok, metal_detail),
         Tier("Tenstorrent TT-Lang simulator (lesson 09)", *_tt_simulator()),
     ]
+
+
+_NEEDS_CXX = ("needs Apple's C++ compiler: xcode-select --install" if sys.platform == "darwin"
+              else "needs a C++ compiler: apt-get install g++ (make lab installs it)")
+# The Triton versions the course is tested with, oldest and newest (pyproject.toml declares the oldest).
+TESTED_TRITON = ((3, 6), (3, 9))
+
+
+def _minor(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def _triton_interpreter(triton: str | None) -> tuple[bool, str]:
+    """Whether Triton's interpreter runs the Triton track here, and why not."""
+    if triton is None:
+        if sys.platform != "linux":
+            return False, ("Triton has no build for this system (its wheels are Linux only), so the Triton track needs "
+                           "Linux, e.g. a Linux VM or container; the CUDA C and Metal tracks run here")
+        return False, "needs the triton package: pip install 'triton>=3.6' (make lab installs it)"
+    numpy = _version("numpy") or ""
+    if _minor(triton) and _minor(triton) < (3, 7) and _minor(numpy) >= (2, 4):
+        return False, (f"triton {triton}'s interpreter fails under NumPy {numpy}, which no longer turns a 1-element "
+                       f"array into an int (fixed from Triton 3.7 on): pip install 'numpy<2.4' (make lab does)")
+    low, high = TESTED_TRITON
+    if _minor(triton) and not low <= _minor(triton) <= high:
+        return True, (f"triton {triton}; the course is tested with Triton {low[0]}.{low[1]} to {high[0]}.{high[1]}, "
+                      f"so a failure here may be this Triton's")
+    return True, f"triton {triton}"
 
 
 def _tt_simulator() -> tuple[bool, str]:
@@ -151,14 +181,45 @@ def _distribution_version(name: str) -> str | None:
         return None
 
 
-def report() -> str:
-    """The tiers this machine has, what each missing one needs, and the one this process grades on."""
-    rows = detect_tiers()
+def _span(lessons: list[str]) -> str:
+    """["01", "02", "03", "05"] -> "01-03, 05"."""
+    runs: list[list[str]] = []
+    for lesson in lessons:
+        if runs and int(lesson) == int(runs[-1][-1]) + 1:
+            runs[-1].append(lesson)
+        else:
+            runs.append([lesson])
+    return ", ".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
+def _lessons_here(available: dict[str, bool]) -> list[str]:
+    """Which lessons' exercises run here, in which track, from the tiers found (lesson 00 needs none of them)."""
+    from course.tracks.table import exercises
+    tracks = (("Triton", "triton", available.get("Triton interpreter (CPU)") or available.get("Triton native (GPU)")),
+              ("CUDA C", "cuda", available.get("CUDA C on the CPU runtime")),
+              ("Metal", "metal", available.get("Metal on the CPU runtime")))
+    here, missing = [], []
+    for label, track, ok in tracks:
+        text = f"{label} (lessons {_span(sorted({r.lesson for r in exercises(track=track)}))})"
+        (here if ok else missing).append(text)
+    simulator = next((ok for name, ok in available.items() if name.startswith("Tenstorrent")), False)
+    (here if simulator else missing).append("lesson 09 on the TT-Lang simulator")
+    lines = [f"Tracks you can work in here: {', '.join(here) if here else 'none'}."]
+    if missing:
+        lines.append(f"Not here: {', '.join(missing)} (the tiers above say what each needs).")
+    return lines
+
+
+def report(rows: list[Tier] | None = None) -> str:
+    """The tiers this machine has (``rows``, default: detected now), what each missing one needs, the tracks that
+    leaves, and the tier this process grades on."""
+    rows = detect_tiers() if rows is None else rows
     width = max(len(t.name) for t in rows)
     lines = ["Execution tiers on this machine:", ""]
     for t in rows:
         mark = "yes" if t.available else " - "
         lines.append(f"  [{mark}] {t.name:<{width}}  {t.detail}")
+    lines += ["", *_lessons_here({t.name: t.available for t in rows})]
     lines += ["", f"Exercises in this process are graded on: {active_tier()}"]
     if triton_interpreted():
         lines.append("Triton runs in interpreter mode (TRITON_INTERPRET=1), set by the course; nothing to do.")

@@ -27,18 +27,26 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null
 fi
 
 # A PyTorch that $PYTHON already has (a GPU machine's image, a Colab-style notebook server) is used as
-# it is, with the Triton it came with: the venv then sees $PYTHON's packages (--system-site-packages).
+# it is, with the Triton it came with: the venv then sees $PYTHON's packages after its own. For a system
+# Python that is --system-site-packages; when $PYTHON is itself a virtual environment (whose packages
+# --system-site-packages would not reach) a .pth file adds its site-packages.
 if [ ! -x .venv/bin/python ]; then
-    venv_flags=""
     if "$PYTHON" -c 'import torch' 2>/dev/null; then
-        venv_flags="--system-site-packages"
         echo "setup: creating .venv on top of $PYTHON's packages, to use its" \
              "$("$PYTHON" -c 'import torch; print("torch", torch.__version__)')"
+        if "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+            "$PYTHON" -m venv .venv && {
+                base_sites=$("$PYTHON" -c 'import site; print(repr(site.getsitepackages()))')
+                echo "import site; list(map(site.addsitedir, $base_sites))" \
+                    > "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-course-base.pth"
+            }
+        else
+            "$PYTHON" -m venv --system-site-packages .venv
+        fi
     else
         echo "setup: creating .venv"
-    fi
-    "$PYTHON" -m venv $venv_flags .venv || {
-        echo "setup: 'python3 -m venv' failed; on Debian/Ubuntu install python3-venv first." >&2; exit 1; }
+        "$PYTHON" -m venv .venv
+    fi || { rm -rf .venv; echo "setup: 'python3 -m venv' failed; on Debian/Ubuntu install python3-venv first." >&2; exit 1; }
 fi
 PY=.venv/bin/python
 
@@ -77,6 +85,7 @@ if [ $want_test = 1 ] && [ "$(uname -s)" = Linux ]; then
     site=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     system=$(sed -n 's/^include-system-site-packages *= *//p' .venv/pyvenv.cfg)
     want="triton==$lowest.* numpy>=1.26,<2.4 on $site (system site-packages: $system)"
+    # (.venv's own .pth files, a zz-course-base.pth among them, are read by addsitedir below: its base comes along.)
     if [ "$(cat $low/.course-low 2>/dev/null)" != "$want" ]; then
         echo "setup: preparing $low (Triton $lowest, for the tests of the lowest supported Triton)"
         rm -rf $low

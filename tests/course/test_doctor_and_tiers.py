@@ -40,3 +40,37 @@ def test_an_explicit_choice_is_respected(repo):
 def test_detect_tiers_says_what_is_missing():
     for tier in tiers.detect_tiers():
         assert tier.detail, tier.name
+
+
+def test_doctor_says_which_lessons_each_track_has_here():
+    from course.tracks.table import exercises
+    everything = {t.name: True for t in tiers.detect_tiers()}
+    lines = tiers._lessons_here(everything)
+    assert lines == ["Tracks you can work in here: Triton (lessons 01-08), CUDA C (lessons 01-07), Metal (lessons "
+                     + tiers._span(sorted({r.lesson for r in exercises(track="metal")}))
+                     + "), lesson 09 on the TT-Lang simulator."]
+    # A Mac without Triton and without the simulator: what is left, and what is not and why.
+    mac = dict(everything, **{"Triton interpreter (CPU)": False, "Triton native (GPU)": False,
+                              "Tenstorrent TT-Lang simulator (lesson 09)": False})
+    here, missing = tiers._lessons_here(mac)
+    assert here.startswith("Tracks you can work in here: CUDA C (lessons 01-07), Metal (lessons 01-")
+    assert missing == ("Not here: Triton (lessons 01-08), lesson 09 on the TT-Lang simulator (the tiers above say "
+                       "what each needs).")
+    assert tiers._lessons_here({})[0] == "Tracks you can work in here: none."
+    assert tiers._span(["01", "02", "03", "05", "07", "08"]) == "01-03, 05, 07-08"
+
+
+def test_the_triton_tier_says_why_not(monkeypatch):
+    import triton
+    ok, detail = tiers._triton_interpreter(triton.__version__)
+    assert ok and detail.startswith(f"triton {triton.__version__}")
+    assert tiers._triton_interpreter("3.10.0") == (True, "triton 3.10.0; the course is tested with Triton 3.6 to "
+                                                         "3.9, so a failure here may be this Triton's")
+    import numpy
+    if tiers._minor(numpy.__version__) >= (2, 4):  # tests/tools/test_triton_lowest.py shows the failure is real
+        ok, detail = tiers._triton_interpreter("3.6.0")
+        assert not ok and detail.startswith(f"triton 3.6.0's interpreter fails under NumPy {numpy.__version__}")
+    assert tiers._triton_interpreter("3.7.0")[0]
+    monkeypatch.setattr(tiers.sys, "platform", "darwin")
+    ok, detail = tiers._triton_interpreter(None)
+    assert not ok and "Linux only" in detail and "CUDA C and Metal tracks run here" in detail

@@ -90,3 +90,50 @@ def test_the_triton_tracks_tests_pass_under_the_lowest_triton(low_python):
     assert out.returncode == 0, tail
     summary = [line for line in out.stdout.splitlines() if re.search(r"\d+ passed", line)]
     assert summary and "failed" not in summary[-1] and "error" not in summary[-1], tail
+
+
+_LOOP_KERNEL = """import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import numpy, torch, triton, triton.language as tl
+
+@triton.jit
+def add_rows(x, out, n):
+    total = tl.zeros([1], tl.float32)
+    for i in range(0, n):  # a loop bound given at run time: the interpreter makes an int of it
+        total += tl.load(x + i + tl.arange(0, 1))
+    tl.store(out + tl.arange(0, 1), total)
+
+x, out = torch.ones(4), torch.zeros(1)
+try:
+    add_rows[(1,)](x, out, 4)
+except Exception as e:
+    print("failed:", e)
+    sys.exit(1)
+print("sum", out.item())
+"""
+
+
+def test_doctor_names_a_numpy_the_lowest_triton_cannot_work_with(low_python, tmp_path):
+    """Triton 3.6's interpreter with NumPy 2.4 (the NumPy of .venv) really fails, and `course doctor` says so and what
+    to do; with the NumPy that setup installs beside it, the same kernel runs."""
+    import numpy
+    from course import tiers
+    if tiers._minor(numpy.__version__) < (2, 4):
+        pytest.skip(f"this environment's NumPy {numpy.__version__} is older than 2.4")
+    # A folder that holds only this environment's NumPy, put before everything else on the low venv's path.
+    newer = tmp_path / "numpy24"
+    newer.mkdir()
+    source = Path(numpy.__file__).parent
+    for entry in source.parent.iterdir():
+        if entry.name == "numpy" or entry.name.startswith(("numpy-", "numpy.libs")):
+            (newer / entry.name).symlink_to(entry)
+    env = dict(_environment(), PYTHONPATH=str(newer))
+    ran = subprocess.run([str(low_python), "-c", _LOOP_KERNEL], capture_output=True, text=True, timeout=300, env=env)
+    assert ran.returncode == 1 and "only 0-dimensional arrays" in ran.stdout, ran.stdout + ran.stderr[-2000:]
+    doctor = subprocess.run([str(low_python), "-m", "course", "doctor"], capture_output=True, text=True, timeout=300,
+                            env=env, cwd=REPO)
+    assert f"interpreter fails under NumPy {numpy.__version__}" in doctor.stdout and "numpy<2.4" in doctor.stdout, \
+        doctor.stdout
+    fine = subprocess.run([str(low_python), "-c", _LOOP_KERNEL], capture_output=True, text=True, timeout=300,
+                          env=_environment())
+    assert fine.returncode == 0 and fine.stdout.strip() == "sum 4.0", fine.stdout + fine.stderr[-2000:]
