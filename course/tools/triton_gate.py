@@ -49,6 +49,7 @@ __all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateRep
 from course.paths import KERNELS, PACKAGE_ROOT
 from course.processes import stop_group
 from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
+from course.tiers import TESTED_TRITON as TESTED_TRITON_RANGE
 from course.tracks.table import exercises
 
 KERNEL_DIR = KERNELS / "triton"
@@ -577,8 +578,8 @@ class _Unsupported(Exception):
     """This Triton lacks something the gate drives; the message is one sentence that says what."""
 
 
-# The Triton versions the course is tested with (pyproject.toml declares the lowest).
-TESTED_TRITON = ("3.6", "3.9")
+# The Triton versions the course is tested with, oldest and newest (pyproject.toml declares the oldest).
+TESTED_TRITON = tuple(f"{major}.{minor}" for major, minor in TESTED_TRITON_RANGE)
 
 
 @functools.lru_cache(maxsize=1)

@@ -46,6 +46,17 @@ def _environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COURSE_ROOT"))}
 
 
+def test_the_declared_range_is_the_tested_range():
+    """pyproject.toml's lowest Triton is the one .venv-triton-low tests, doctor and the gate name the same range, and
+    this environment's Triton (the newest tested, where the suite runs) lies in it."""
+    import triton
+    from course import tiers
+    from course.tools import triton_gate
+    low, high = tiers.TESTED_TRITON
+    assert lowest_supported() == f"{low[0]}.{low[1]}" == triton_gate.TESTED_TRITON[0]
+    assert low <= tiers._minor(triton.__version__) <= high, triton.__version__
+
+
 @pytest.fixture(scope="module")
 def low_python() -> Path:
     import triton
