@@ -537,7 +537,8 @@ def _launch_cupy(text: str, shown: str, name: str, grid, block, plan: list[_Arg]
     compile_errors = tuple(c for c in (getattr(cp.cuda.compiler, "CompileException", None),) if c)
     launch_errors = (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError)
     try:
-        nvrtc_version = tuple(cp.cuda.nvrtc.getVersion())[:2]
+        from cupy.cuda import nvrtc
+        nvrtc_version = tuple(nvrtc.getVersion())[:2]
     except Exception:  # an NVRTC too old to say: any complete headers will be tried
         nvrtc_version = None
     options = ("-std=c++17", *_include_options(text, nvrtc_version))  # type: ignore[arg-type]
