@@ -879,6 +879,11 @@ def main(argv: list[str] | None = None) -> int:
         all_configs=m.all_configs or a.all_configs,
         gqa=m.gqa or a.gqa,
     )
+    folder = Path(a.kernels_dir) if a.kernels_dir else KERNEL_DIR
+    if not folder.is_dir():
+        print(f"no folder of Triton kernel files at {folder}: run this in a clone of the course or a lab, or name the "
+              f"folder with --kernels-dir", file=sys.stderr)
+        return 2
     dims = ", ".join(f"{t} D={'/'.join(map(str, m.head_dims_for(t)))}" for t in m.dtypes)
     print(f"compiling the Triton track for {', '.join(f'sm_{t}' for t in m.targets)} ({dims}; "
           f"{'every' if m.all_configs else 'first'} autotune config) ...", flush=True)

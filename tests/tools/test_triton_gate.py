@@ -211,3 +211,9 @@ def test_what_the_gate_cannot_do_is_one_sentence_and_fails_no_kernel():
     assert report.ok and not report.failures
     assert [r.status for r in report.results] == ["n/a", "ok"]
     assert report.summary().splitlines() == [f"1/2 compiles succeeded in 0 s; 1 not compiled", limit]
+
+
+def test_a_missing_kernel_folder_is_one_sentence(tmp_path, capsys):
+    assert triton_aot.main(["--kernels-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"no folder of Triton kernel files at {tmp_path / 'nowhere'}") and "\n" not in err
