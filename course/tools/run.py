@@ -10,7 +10,6 @@ steps of the clone are then timed against PyTorch's SDPA by the benchmark of the
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     own = CHECKOUT is not None and root == CHECKOUT
     if not own:
-        print(f"Checking the kernel files of {_shown(root) if root != Path.cwd().resolve() else os.getcwd()}.")
+        print(f"Checking the kernel files of {root}.")
     ok = validate(rows, root=root)
     if ok and not args.no_timing:
         if not own:  # the benchmarks time the clone's files, which are not the ones just checked
