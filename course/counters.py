@@ -88,12 +88,13 @@ COURSE = {
 
 
 @lru_cache(maxsize=1 << 16)
-def pattern_cost(memory: str, width: int, lanes: tuple[tuple[int, int], ...]) -> dict[str, int]:
+def pattern_cost(memory: str, width: int, lanes: tuple[tuple[int, int], ...], op: str = "load") -> dict[str, int]:
     """The cost of one warp access; ``lanes`` holds (lane, byte offset) for each lane taking part.
 
     Global memory: sectors and distinct bytes requested, by :func:`course.memory_model.coalescing`.
     Shared memory: wavefronts and bank conflicts by :func:`course.memory_model.bank_access`, counting only
     the phases that have a lane taking part; the conflicts are the wavefronts beyond one per phase.
+    8- and 16-byte shared *loads* then pair their phases as Hopper does (:func:`_paired_phases`).
     """
     if memory == "global":
         c = mm.coalescing([offset for _, offset in lanes], width)
@@ -101,17 +102,59 @@ def pattern_cost(memory: str, width: int, lanes: tuple[tuple[int, int], ...]) ->
     phases = mm.phases_of(width)
     per_phase = mm.WARP // phases
     by_lane = dict(lanes)
-    addresses, active = [], []
+    addresses, active, distinct = [], [], []
     for phase in range(phases):
         mine = [by_lane[l] for l in range(phase * per_phase, (phase + 1) * per_phase) if l in by_lane]
         active.append(bool(mine))
+        distinct.append(len(set(mine)))
         # A lane not taking part reads the word of one that does (a broadcast adds nothing); in a phase
         # where no lane takes part, any word: that phase is left out below.
         filler = mine[0] if mine else lanes[0][1]
         addresses += [by_lane.get(l, filler) for l in range(phase * per_phase, (phase + 1) * per_phase)]
     banks = mm.bank_access(addresses, width)
     ways = [max(row) for row, used in zip(banks.distinct_words, active) if used]
-    return {"wavefronts": sum(ways), "bank_conflicts": sum(w - 1 for w in ways), "ways": max(ways)}
+    conflicts = sum(w - 1 for w in ways)
+    wavefronts = sum(ways)
+    if op == "load" and phases > 1:
+        phase_ways = [max(row) for row in banks.distinct_words]
+        wavefronts = _paired_phases(addresses, active, distinct, phase_ways, width) + conflicts
+    return {"wavefronts": wavefronts, "bank_conflicts": conflicts, "ways": max(ways)}
+
+
+def _paired_phases(addresses: list[int], active: list[bool], distinct: list[int], phase_ways: list[int],
+                   width: int) -> int:
+    """Conflict-free wavefronts of an 8- or 16-byte shared load whose phases are served in pairs.
+
+    Measured with Nsight Compute on Hopper (docs/counters.md): the phases of a wide load come in pairs (a
+    16-byte load's quarter-warps 0+1 and 2+3, an 8-byte load's two half-warps), and a pair takes one
+    wavefront, not two, when together it asks for at most 128 bytes, counting each phase's distinct
+    addresses on their own (lanes of one phase reading the same address count once; lanes of the two
+    phases do not merge), and no bank is asked for two different words. A lone active phase takes one.
+    ``addresses`` holds every lane's byte address (lanes not taking part repeat one of their phase's).
+    Bank conflicts, extra wavefronts within a phase, are added by the caller.
+    """
+    per_phase = len(addresses) // len(active)
+    total = 0
+    for first in range(0, len(active), 2):
+        pair = [p for p in (first, first + 1) if p < len(active) and active[p]]
+        if (len(pair) == 2 and sum(distinct[p] for p in pair) * width <= mm.BANKS * mm.BANK_BYTES
+                and all(phase_ways[p] == 1 for p in pair)
+                and _one_word_per_bank([a for p in pair for a in addresses[p * per_phase:(p + 1) * per_phase]], width)):
+            total += 1
+        else:
+            total += len(pair)
+    return total
+
+
+def _one_word_per_bank(addresses: list[int], width: int) -> bool:
+    """Whether these lanes' accesses of ``width`` bytes ask no bank for two different 4-byte words."""
+    words: dict[int, int] = {}
+    for address in addresses:
+        for k in range(max(1, width // mm.BANK_BYTES)):
+            word = address // mm.BANK_BYTES + k
+            if words.setdefault(word % mm.BANKS, word) != word:
+                return False
+    return True
 
 
 def _line_number(where: str) -> int | None:
@@ -141,7 +184,7 @@ def _rows(launch: LaunchCounters) -> list[dict[str, Any]]:
         row["thread_bytes"] += count * len(lanes) * width
         if buffer == MODULE:
             continue
-        cost = pattern_cost(memory, width, lanes)
+        cost = pattern_cost(memory, width, lanes, op)
         if memory == "global":
             row["sectors"] += count * cost["sectors"]
             row["bytes_moved"] += count * cost["sectors"] * mm.SECTOR_BYTES
