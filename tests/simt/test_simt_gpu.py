@@ -2,8 +2,10 @@
 
 On a machine without a GPU (this repository's CI) the launch tests are skipped with the reason the
 module gives, and what can be checked without one is: the reason itself, that importing the module
-loads no GPU library, how arguments are matched to the kernel's parameters, and that the CUDA
-sources of the GPU tests are valid for nvcc.
+loads no GPU library, how arguments are matched to the kernel's parameters, that the CUDA sources of
+the GPU tests are valid for nvcc, how NVRTC's CUDA headers are chosen (on fake directory trees), and
+how a checked kernel's GPU run is compared and reported (with the CPU runtime on both sides). On a GPU
+(make test-gpu) every CUDA step of the course is compiled by NVRTC and checked against the oracle.
 """
 from __future__ import annotations
 
