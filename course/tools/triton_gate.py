@@ -23,6 +23,12 @@ How the gate finds out what to compile, without drifting from the kernels:
 4. Registers, stack and spills come from the cubin (``cuobjdump -res-usage``; ``ptxas -v`` when
    there is a stack frame), shared memory from Triton's metadata (its dynamic allocation).
 
+Triton's compile entry points are not a stable interface, so the gate uses only what the Triton versions
+the course is tested with (3.6 to 3.9) share, and reads what changed between them (the launch options
+``JITFunction.run`` takes from Triton's knobs) off the installed Triton itself. Where a Triton lacks
+something the gate needs, every affected row says so in one sentence (status ``n/a``) and no kernel is
+failed for it: the course's own tooling never stands between a learner and a pass.
+
     python -m course.tools.triton_gate            # the default matrix, a table, exit 1 on any failure
     python -m course.tools.triton_gate --full     # every dtype, head dim and autotune config
 """
