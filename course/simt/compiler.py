@@ -313,7 +313,13 @@ def cache_dir() -> Path:
 
 
 def compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    """The C++ compiler: $CXX when set (g++ 12 or newer, or clang++ 14 or newer), else g++, c++ or clang++."""
+    chosen = os.environ.get("CXX")
+    if chosen and not shutil.which(chosen):
+        raise KernelCompileError(
+            f"CXX is set to {chosen!r}, which is no program this machine can run: the CPU runtime compiles "
+            f"kernels with the compiler CXX names (g++ or clang++); set it to one, or unset it to use g++.")
+    cxx = chosen or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if not cxx:
         raise KernelCompileError(
             "no C++ compiler found: the CPU runtime compiles kernels with g++ (on Debian/Ubuntu: "
@@ -325,12 +331,15 @@ def compiler() -> str:
 # _FORTIFY_SOURCE=3 and turns on -fstack-protector-strong, -fstack-clash-protection and -fcf-protection;
 # macOS's headers define _FORTIFY_SOURCE=2; some distributions define _GLIBCXX_ASSERTIONS. Fortified
 # headers turn the course's own snprintf into __snprintf_chk, stack protection adds __stack_chk_fail,
-# and so on: calls the learner did not write. Kernels run in the course's own process on fibers the runtime
-# switches between (so a shadow stack, which -fcf-protection would declare the code ready for, could not
-# follow them): the runtime and every kernel are compiled without any of it, the same on every machine.
-# Each flag is kept only where the compiler accepts it (older or non-x86 compilers lack some).
+# and so on: calls the learner did not write. And kernels run on fibers the runtime switches between, which
+# a shadow stack (what -fcf-protection declares the code ready for) could not follow. So the runtime and
+# every kernel are compiled without any of it, the same on every machine.
+# And loops are not assumed to end: clang would delete a loop that never ends unless it does I/O (C++'s
+# forward-progress rule), and a kernel stuck in one must run into the launch's time limit instead of
+# falling through into whatever code follows. Each flag is kept only where the compiler accepts it (older
+# or non-x86 compilers lack some).
 NEUTRAL_FLAGS = ["-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0", "-U_GLIBCXX_ASSERTIONS", "-fno-stack-protector",
-                 "-fno-stack-clash-protection", "-fcf-protection=none"]
+                 "-fno-stack-clash-protection", "-fcf-protection=none", "-fno-finite-loops"]
 
 
 def _accepts(cxx: str, flags: list[str]) -> bool:
@@ -358,8 +367,16 @@ def neutral_flags() -> list[str]:
 def _toolchain_digest_for(cxx: str, language: str | None) -> str:
     h = hashlib.sha256()
     # The driver itself, not only its version: a wrapper script (or a distribution's defaults) may add
-    # flags that change the object.
-    h.update((shutil.which(cxx) or cxx).encode() + b"\0")
+    # flags that change the object. A script's text counts too.
+    driver = shutil.which(cxx) or cxx
+    h.update(driver.encode() + b"\0")
+    try:
+        with open(driver, "rb") as f:
+            head = f.read(1 << 16)
+        if head.startswith(b"#!"):
+            h.update(head)
+    except OSError:
+        pass
     h.update(subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.encode())
     front_end = sorted((INCLUDE / LANGUAGES[language][0]).rglob("*")) if language else []
     for path in sorted(INCLUDE.glob("*")) + front_end + [RUNTIME_SOURCE]:

@@ -2,21 +2,29 @@
 
 On a GPU, device code can call device functions only: nvcc rejects a call to a host function in a
 ``__global__`` or ``__device__`` function, and Metal has no C library at all. Here a kernel is C++
-compiled by g++, which would happily link ``fopen``, ``system``, ``getenv`` or a system call in inline
-assembly, and run it in the learner's notebook. So the compiler driver refuses, with a sentence that
+compiled by g++ or clang++, which would happily link ``fopen``, ``system``, ``getenv`` or a system call in
+inline assembly, and run it in the learner's notebook. So the compiler driver refuses, with a sentence that
 names the line, on every machine (nvcc need not be installed):
 
 - an ``#include`` of anything but the headers the course provides for the language (``INCLUDES``);
 - inline assembly (``asm``): here it would be x86 code, not PTX;
-- after g++ has compiled the kernel, any symbol its object file needs (``nm -u``) that is not defined
-  by the course's runtime (``simt::...`` and the checking hooks) nor in ``ALLOWED``: the device
-  functions a kernel may call, and what the course's own headers and g++ make every object need.
+- in Metal, ``new`` and ``delete`` (Metal has no heap; read from the text, as a compiler may drop them);
+- after the compiler has compiled the kernel, any symbol its object file needs (``nm -u``) that is not
+  defined by the course's runtime (``simt::...`` and the checking hooks) nor in ``ALLOWED``: the device
+  functions a kernel may call, and what the course's own headers and the compiler make every object need.
+
+What is judged is what the learner wrote, the same whatever compiler and defaults this machine has: the
+compiler driver turns off the hardening that distributions enable by default (compiler.NEUTRAL_FLAGS), and
+a C library symbol is judged and named as the call it stands for (``__snprintf_chk`` as ``snprintf``,
+``__isoc23_strtol`` as ``strtol``: ``called_name``), so a learner's ``fopen`` or ``snprintf`` is refused with
+the same sentence under plain g++, Ubuntu's hardened g++ and clang++.
 
 ``ALLOWED`` was derived by compiling every kernel of ``kernels/cuda``, ``kernels/metal``, the runtime's
-tests, the wrong-kernel corpora and the lessons' cells, in the fast and the checked build, and listing
-their undefined symbols; then completed with what legal device code can make g++ emit beyond them: the
-whole C math library, libgcc's arithmetic helpers (``__popc`` without POPCNT, 128-bit division) and the
-C++ runtime's support for virtual functions and for ``__shared__`` objects with destructors.
+tests, the wrong-kernel corpora and the lessons' cells, in the fast and the checked build, with g++ and
+clang++, and listing their undefined symbols; then completed with what legal device code can make a
+compiler emit beyond them: the whole C math library, libgcc's arithmetic helpers (``__popc`` without
+POPCNT, 128-bit division) and the C++ runtime's support for virtual functions and for ``__shared__``
+objects with destructors.
 """
 from __future__ import annotations
 
@@ -147,6 +155,11 @@ def refuse_host_text(source: str, blanked: str, language: str, shown: str, first
         return (f"line {line} of {shown} includes {'<' + header + '>' if name else header}, which is not a header "
                 f"for {'CUDA device code' if language == 'cuda' else 'Metal kernels'} here. {why}"
                 f"A kernel may include {may} only.")
+    if language == "metal":
+        found = _metal_allocation(blanked)
+        if found:
+            pos, name = found
+            return host_call_sentence(name, f"line {_line_of(blanked, pos, first_line)} of {shown}", language, shown)
     m = re.search(r"\b(asm|__asm__|__asm)\b", blanked)
     if m:
         line = _line_of(blanked, m.start(), first_line)
@@ -157,6 +170,34 @@ def refuse_host_text(source: str, blanked: str, language: str, shown: str, first
                 f"the CPU runtime it would be x86 code running in your notebook's process, not PTX. The course's "
                 f"kernels need none: use the CUDA intrinsics (__shfl_sync, atomicAdd, __popc, ...) instead.")
     return None
+
+
+# `new` and `delete` expressions: Metal has no heap. Refused from the text, since a compiler may drop an
+# allocation it can see through (clang does, and g++ does a new that is deleted again) and then no call
+# would be left to refuse; `= delete` (a deleted function) and `operator new` (a declaration) are no calls.
+_ALLOCATION = re.compile(r"\b(new|delete)\b")
+_ARRAY_NEW = re.compile(r"\s*(?:\([^()]*\)\s*)?[\w:\s<>,*&]*?\[")
+
+
+def _metal_allocation(blanked: str) -> tuple[int, str] | None:
+    for m in _ALLOCATION.finditer(blanked):
+        before = blanked[: m.start()].rstrip()
+        if (m.group(1) == "delete" and before.endswith("=")) or re.search(r"\boperator$", before):
+            continue
+        rest = blanked[m.end(): m.end() + 200]
+        array = re.match(r"\s*\[\s*\]", rest) if m.group(1) == "delete" else _ARRAY_NEW.match(rest)
+        return m.start(), f"operator {m.group(1)}{'[]' if array else ''}"
+    return None
+
+
+def host_call_sentence(name: str, where: str | None, language: str, shown: str) -> str:
+    """The sentence refusing a call of ``name`` (where: "line N of file", or None when no line uses it)."""
+    cplusplus = "::" in name or name.startswith("operator")
+    kind = f"a {'host ' if language == 'cuda' else ''}{'C++' if cplusplus else 'C'} library function"
+    rule = ("device code cannot call it (nvcc rejects host calls in __global__ and __device__ functions)"
+            if language == "cuda" else "Metal has no C or C++ library, so a kernel cannot call it")
+    head = f"{where} calls `{name}`" if where else f"{shown} calls `{name}` (through a macro?)"
+    return f"{head}, {kind}: {rule}. {CAN_CALL[language]}"
 
 
 def _tool(name: str) -> str:
@@ -291,9 +332,4 @@ def refuse_host_symbols(obj: Path, runtime: Path, blanked: str, language: str, s
         return None
     pos, name = min(refused)
     where = f"line {_line_of(blanked, int(pos), first_line)} of {shown}" if pos != float("inf") else None
-    cplusplus = "::" in name or name.startswith("operator")
-    kind = f"a {'host ' if language == 'cuda' else ''}{'C++' if cplusplus else 'C'} library function"
-    rule = ("device code cannot call it (nvcc rejects host calls in __global__ and __device__ functions)"
-            if language == "cuda" else "Metal has no C or C++ library, so a kernel cannot call it")
-    head = f"{where} calls `{name}`" if where else f"{shown} calls `{name}` (through a macro?)"
-    return f"{head}, {kind}: {rule}. {CAN_CALL[language]}"
+    return host_call_sentence(name, where, language, shown)

@@ -110,6 +110,78 @@ def test_threadgroup_array_without_barrier_is_a_race(basics):
         basics.get_function("reverse_no_barrier")(1, 64, (x, np.zeros_like(x)), check="racecheck")
 
 
+# ---------------------------------------------------------------------------------------------
+# Barrier flags: mem_none orders execution only; racecheck reports memory a barrier's flags do not name
+
+barrier_flags = kernel_file_fixture("barrier_flags.metal")
+REVERSED = np.arange(64, dtype=np.float32)[::-1]
+
+
+@pytest.mark.parametrize("kernel", ["reverse_threadgroup", "reverse_threadgroup_texture"])
+def test_a_barrier_naming_threadgroup_memory_orders_it(barrier_flags, mode, kernel):
+    out = np.zeros(64, np.float32)
+    barrier_flags.get_function(kernel)(1, 64, (np.arange(64, dtype=np.float32), out), **mode)
+    np.testing.assert_array_equal(out, REVERSED)
+
+
+@pytest.mark.parametrize("kernel,flags", [("reverse_none", "mem_none"), ("reverse_device", "mem_device"),
+                                          ("reverse_texture", "mem_texture")])
+def test_a_barrier_not_naming_threadgroup_memory_leaves_a_race(barrier_flags, kernel, flags):
+    x, out = np.arange(64, dtype=np.float32), np.zeros(64, np.float32)
+    barrier_flags.get_function(kernel)(1, 64, (x, out))  # the threads still wait for each other: on the CPU
+    np.testing.assert_array_equal(out, REVERSED)         # the answer comes out right, by luck
+    with pytest.raises(KernelLaunchError) as err:
+        barrier_flags.get_function(kernel)(1, 64, (x, np.zeros_like(x)), **CHECKED)
+    line = line_of("barrier_flags.metal", "// reverse-barrier")
+    msg = str(err.value)
+    assert f"{kernel}: data race on threadgroup memory: " in msg, msg
+    assert (f"with only threadgroup_barrier at line {line} of barrier_flags.metal between them, which does not name "
+            "mem_flags::mem_threadgroup: it makes the threads wait, but does not order their threadgroup memory. "
+            "Use threadgroup_barrier(mem_flags::mem_threadgroup) there.") in msg, msg
+    assert flags not in msg  # the sentence holds whatever the flags were
+
+
+def test_mem_none_on_a_threadgroup_argument_is_a_race_too(barrier_flags):
+    x = np.arange(64, dtype=np.float32)
+    with pytest.raises(KernelLaunchError, match=r"data race on threadgroup memory: .* with only threadgroup_barrier "
+                                                rf"at line {line_of('barrier_flags.metal', '// argument-barrier')} "):
+        barrier_flags.get_function("reverse_argument_none")(1, 64, (x, np.zeros_like(x)), threadgroup_memory=[256],
+                                                            check="racecheck")
+
+
+def test_mem_none_is_enough_where_no_thread_reads_another_threads_memory(barrier_flags, mode):
+    out = np.zeros(64, np.float32)
+    barrier_flags.get_function("own_slot_none")(1, 64, (np.arange(64, dtype=np.float32), out), **mode)
+    np.testing.assert_array_equal(out, np.arange(64) * 2 + 1)
+
+
+def test_device_memory_is_ordered_by_mem_device_only(barrier_flags, mode):
+    out = np.zeros(128, np.float32)
+    barrier_flags.get_function("exchange_device")(1, 64, (out,), **mode)
+    np.testing.assert_array_equal(out[64:], REVERSED)
+    with pytest.raises(KernelLaunchError) as err:
+        barrier_flags.get_function("exchange_device_threadgroup_only")(1, 64, (np.zeros(128, np.float32),),
+                                                                       check="racecheck")
+    line = line_of("barrier_flags.metal", "// exchange-barrier")
+    assert "data race on `out` element " in str(err.value)
+    assert (f"with only threadgroup_barrier at line {line} of barrier_flags.metal between them, which does not name "
+            "mem_flags::mem_device: it makes the threads wait, but does not order their device memory. "
+            "Use threadgroup_barrier(mem_flags::mem_device) there.") in str(err.value)
+
+
+def test_simdgroup_barrier_flags_order_threadgroup_memory_within_a_simdgroup(barrier_flags, mode):
+    out = np.zeros(32, np.float32)
+    barrier_flags.get_function("lanes_threadgroup")(1, 32, (out,), **mode)
+    np.testing.assert_array_equal(out, np.arange(32)[::-1])
+    with pytest.raises(KernelLaunchError) as err:
+        barrier_flags.get_function("lanes_none")(1, 32, (np.zeros(32, np.float32),), check="racecheck")
+    line = line_of("barrier_flags.metal", "// lanes-barrier")
+    assert (f"data race on threadgroup memory: " in str(err.value)
+            and f"with only simdgroup_barrier at line {line} of barrier_flags.metal between them, which does not name "
+                "mem_flags::mem_threadgroup" in str(err.value)
+            and "Use simdgroup_barrier(mem_flags::mem_threadgroup) there." in str(err.value)), str(err.value)
+
+
 def test_threadgroup_argument_reverse(mode):
     kernel = module("threadgroup_argument.metal").get_function("reverse_dynamic")
     n, size = 100, 32
@@ -489,7 +561,7 @@ kernel void k(device const float4 *x [[buffer(0)]], device half *h [[buffer(1)]]
 
 
 @pytest.mark.parametrize("body,message", [
-    ("printf(\"%f\", x[0]);", 'poisoned "printf"'),
+    ("printf(\"%f\", x[0]);", "poisoned"),
     ("atomic_fetch_max_explicit((device atomic_float *)x, 1.0f, memory_order_relaxed);",
      "atomic_float supports add, sub, exchange, load and store"),
     ("float4 v = int4(1); x[0] = v.x;", "conversion from"),

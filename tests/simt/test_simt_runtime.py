@@ -425,10 +425,10 @@ __global__ void tile_overrun(float* out, int extra_tile, int extra_local) {
     out = np.zeros(32, np.float32)
     kernel(1, 32, (out, 0, 0), check="memcheck")
     assert (out == 1.0).all()
-    with pytest.raises(KernelLaunchError, match=r"index 32 is outside an array of type 'float \[32\]' at line 5 "
+    with pytest.raises(KernelLaunchError, match=r"index 32 is outside an array of type 'float\[32\]' at line 5 "
                                                 r"of kernel.cu \(thread \(31,0,0\)"):
         kernel(1, 32, (out, 1, 0), check="memcheck")
-    with pytest.raises(KernelLaunchError, match=r"index 8 is outside an array of type 'float \[8\]' at line 6"):
+    with pytest.raises(KernelLaunchError, match=r"index 8 is outside an array of type 'float\[8\]' at line 6"):
         kernel(1, 32, (out, 0, 1), check="memcheck")
 
 

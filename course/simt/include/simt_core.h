@@ -19,7 +19,18 @@
 // Functions in front-end headers that access user memory on the kernel's behalf: kept out of the
 // instrumentation (they report their accesses themselves) and out of line, so that
 // __builtin_return_address(0) inside them is an address in the kernel, which names its source line.
-#define SIMT_RUNTIME_FN __attribute__((noinline, no_sanitize_thread, no_sanitize_address))
+#define SIMT_RUNTIME_FN __attribute__((noinline, SIMT_NO_SANITIZE))
+// No instrumentation at all: clang's -fsanitize=thread reports the atomic instructions even of functions
+// that opt out of it, unless they also carry disable_sanitizer_instrumentation (clang 14 on; g++ has no
+// such attribute, and needs none).
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define SIMT_NO_SANITIZE no_sanitize_thread, no_sanitize_address, disable_sanitizer_instrumentation
+#endif
+#endif
+#ifndef SIMT_NO_SANITIZE
+#define SIMT_NO_SANITIZE no_sanitize_thread, no_sanitize_address
+#endif
 #define SIMT_HERE const char *simt_file = __builtin_FILE(), int simt_line = __builtin_LINE()
 #define SIMT_PC() (__builtin_extract_return_addr(__builtin_return_address(0)))
 

@@ -1544,7 +1544,11 @@ void __ubsan_handle_out_of_bounds(SimtUbsanOutOfBounds *d, uintptr_t raw) {
     const char *base = d->loc.file ? strrchr(d->loc.file, '/') : nullptr;
     std::string who = (simt::tl_worker && simt::tl_worker->running) ? simt::thread_text(simt::tl_worker->running->t)
                                                                       : std::string("the kernel");
-    simt::abort_launch("index " + std::to_string(index) + " is outside an array of type " + d->array->name +
+    // The type as the compiler spells it ('float [32]' from g++, 'float[32]' from clang): written as C++ does.
+    std::string type;
+    for (const char *c = d->array->name; *c; ++c)
+        if (!(*c == ' ' && c[1] == '[')) type += *c;
+    simt::abort_launch("index " + std::to_string(index) + " is outside an array of type " + type +
                        " at line " + std::to_string(d->loc.line) + " of " + (base ? base + 1 : d->loc.file) +
                        " (" + who + ").");
 }

@@ -31,9 +31,9 @@
 
 // Inline helpers of runtime functions: no instrumentation (they report their accesses themselves),
 // and always inlined so that SIMT_PC() in the SIMT_RUNTIME_FN around them still names the kernel.
-#define SIMT_CUDA_UNINSTRUMENTED __attribute__((always_inline, no_sanitize_thread, no_sanitize_address)) inline
+#define SIMT_CUDA_UNINSTRUMENTED __attribute__((always_inline, SIMT_NO_SANITIZE)) inline
 // Functions handed to simt::warp_collective: they read other lanes' values on other fibers' stacks.
-#define SIMT_CUDA_COMPUTE __attribute__((noinline, no_sanitize_thread, no_sanitize_address))
+#define SIMT_CUDA_COMPUTE __attribute__((noinline, SIMT_NO_SANITIZE))
 // Inlined into the kernel, so that the accesses they make are reported at the kernel's line.
 #define SIMT_CUDA_ACCESS __attribute__((always_inline)) inline
 // Runtime entry points (SIMT_RUNTIME_FN) take SIMT_PC() as the kernel's line. Called in tail position,

@@ -1033,7 +1033,7 @@ template <class T> using id_t = typename id<T>::type;  // keeps an argument out 
 // GCC inlines them there (it does not inline across differing sanitizer attributes), which keeps
 // their atomic instructions out of the checked build's instrumentation: the accesses are reported
 // once, as atomic, by note_atomic.
-#define SIMT_MSL_UNCHECKED_INLINE __attribute__((always_inline, no_sanitize_thread, no_sanitize_address)) inline
+#define SIMT_MSL_UNCHECKED_INLINE __attribute__((always_inline, SIMT_NO_SANITIZE)) inline
 
 template <class T> SIMT_MSL_UNCHECKED_INLINE T *atomic_address(const volatile atomic<T> *obj) {
     return const_cast<T *>(&obj->value);
