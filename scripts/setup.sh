@@ -108,7 +108,8 @@ fi
 # System packages, only those missing and only for who needs them: g++ and binutils for everyone
 # (the CPU runtime compiles CUDA C and Metal kernels with g++; addr2line names their source lines),
 # bubblewrap for grading (the sandbox of `python -m autograder grade`), and for --test also Debian's
-# Chromium (the browser test drives it through Playwright; Playwright's own browser download is not used).
+# Chromium (the browser test drives it through Playwright; Playwright's own browser download is not used)
+# and clang (the compiler test builds every kernel with clang++ as well as g++).
 packages=""
 command -v g++ >/dev/null 2>&1 || packages="g++"
 command -v addr2line >/dev/null 2>&1 || packages="$packages binutils"
@@ -116,6 +117,7 @@ if [ $want_test = 1 ] || [ $want_grade = 1 ]; then
     command -v bwrap >/dev/null 2>&1 || packages="$packages bubblewrap"
 fi
 [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1 && packages="$packages chromium"
+[ $want_test = 1 ] && ! command -v clang++ >/dev/null 2>&1 && packages="$packages clang"
 packages=${packages# }
 if [ -n "$packages" ]; then
     if command -v apt-get >/dev/null 2>&1; then
