@@ -337,8 +337,10 @@ def _known(exercise: str) -> Ladder:
         raise CourseError(f"no hints for {exercise!r}; exercises with hints: {', '.join(sorted(LADDERS))}") from None
 
 
-def hint(exercise: str, rung: int | None = None) -> str:
-    """Print (and return) the next hint for ``exercise``, or hint number ``rung`` (1 is the gentlest)."""
+def hint(exercise: str, rung: int | None = None) -> None:
+    """Print the next hint for ``exercise``, or hint number ``rung`` (1 is the gentlest).
+
+    It prints and returns nothing, so a cell that ends with ``course.hint(...)`` shows the hint once."""
     ladder = _known(exercise)
     top = len(ladder.rungs)
     if rung is None:
@@ -348,9 +350,7 @@ def hint(exercise: str, rung: int | None = None) -> str:
     _climbed[exercise] = max(_climbed.get(exercise, 0), rung)
     more = (f"(call course.hint({exercise!r}) again for hint {rung + 1})" if rung < top
             else f"(that was the last hint; course.reveal({exercise!r}) shows the solution)")
-    text = f"hint {rung} of {top} for {exercise}: {ladder.rungs[rung - 1]}\n{more}"
-    print(text)
-    return text
+    print(f"hint {rung} of {top} for {exercise}: {ladder.rungs[rung - 1]}\n{more}")
 
 
 _REGION = re.compile(r"^[ \t]*(?:#|//)+[ \t]*BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*(?:#|//)+[ \t]*END SOLUTION[ \t]*$", re.S | re.M)
@@ -385,12 +385,11 @@ def solution_text(exercise: str) -> tuple[str, str]:
     return kernel_file, "\n    ...\n".join(r.rstrip("\n") for r in regions)
 
 
-def reveal(exercise: str) -> str:
-    """Print (and return) the reference solution of ``exercise``, under a banner that says what it is."""
+def reveal(exercise: str) -> None:
+    """Print the reference solution of ``exercise``, under a banner that says what it is (and return nothing,
+    so a cell that ends with ``course.reveal(...)`` shows it once)."""
     where, text = solution_text(exercise)
     banner = (f"REVEALING the reference solution of {exercise} (from {where}).\n"
               "Type it in yourself rather than pasting it, and run the check again: the point is the idea, not the points.")
     rule = "-" * 80
-    shown = f"{banner}\n{rule}\n{text}\n{rule}"
-    print(shown)
-    return shown
+    print(f"{banner}\n{rule}\n{text}\n{rule}")

@@ -40,15 +40,20 @@ def test_every_reveal_shows_a_nonempty_solution(exercise):
     assert text.strip() and "BEGIN SOLUTION" not in text and "END SOLUTION" not in text, where
 
 
+def _printed(capsys, call) -> str:
+    assert call() is None  # printed, not returned: a cell's last line shows it once
+    return capsys.readouterr().out
+
+
 def test_hints_climb_one_rung_per_call_and_stop_at_the_top(capsys):
     from course import hint_ladder
     hint_ladder._climbed.pop("02.merge_torch", None)
     rungs = LADDERS["02.merge_torch"].rungs
-    shown = [course.hint("02.merge_torch") for _ in range(len(rungs) + 1)]
+    shown = [_printed(capsys, lambda: course.hint("02.merge_torch")) for _ in range(len(rungs) + 1)]
     assert [s.split(":", 1)[0] for s in shown] == [f"hint {i} of {len(rungs)} for 02.merge_torch"
                                                     for i in [*range(1, len(rungs) + 1), len(rungs)]]
     assert "course.reveal('02.merge_torch')" in shown[-1]
-    assert course.hint("02.merge_torch", 1).startswith("hint 1 of")
+    assert _printed(capsys, lambda: course.hint("02.merge_torch", 1)).startswith("hint 1 of")
     with pytest.raises(CourseError, match="has hints 1 to"):
         course.hint("02.merge_torch", 99)
     with pytest.raises(CourseError, match="no hints for"):
@@ -56,7 +61,20 @@ def test_hints_climb_one_rung_per_call_and_stop_at_the_top(capsys):
 
 
 def test_reveal_says_it_is_revealing(capsys):
-    shown = course.reveal("01.attention_torch")
+    shown = _printed(capsys, lambda: course.reveal("01.attention_torch"))
     assert shown.startswith("REVEALING the reference solution of 01.attention_torch")
     assert "s.amax(dim=-1, keepdim=True)" in shown
-    assert shown in capsys.readouterr().out
+
+
+def test_a_cell_ending_in_hint_or_reveal_shows_the_text_once(capsys):
+    """As lesson 00 uses them: the last line of a cell. IPython shows a cell's last value too; there is none."""
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    try:
+        for line, marker in (('course.hint("02.merge_torch", 2)', "hint 2 of"),
+                             ('course.reveal("01.attention_torch")', "REVEALING")):
+            shell.run_cell(f"import course\n{line}", store_history=False)
+            out = capsys.readouterr().out
+            assert out.count(marker) == 1 and "Out[" not in out and "\\n" not in out, out
+    finally:
+        InteractiveShell.clear_instance()
