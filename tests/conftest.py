@@ -36,6 +36,21 @@ REPO = Path(__file__).resolve().parent.parent
 _GPU_FILES = ("tests/simt/test_simt_gpu.py",)
 
 
+# What the GPU suite collects: the files with tests marked gpu. Other test files are not even imported (they may
+# need what a GPU machine lacks, nbgrader for one).
+_GPU_SUITE_FILES = ("tests/tracks/test_triton_", "tests/simt/test_simt_gpu.py", "tests/lessons/test_notebooks.py")
+
+
+def pytest_ignore_collect(collection_path, config):
+    if not GPU_SUITE or collection_path.is_dir() or collection_path.suffix != ".py":
+        return None
+    relative = collection_path.resolve().relative_to(REPO).as_posix() if collection_path.resolve().is_relative_to(
+        REPO) else ""
+    if relative.startswith("tests/") and collection_path.name.startswith("test_"):
+        return None if relative.startswith(_GPU_SUITE_FILES) else True
+    return None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: means something on a GPU; collected by the GPU suite (make test-gpu)")
     config.addinivalue_line("markers", "tier_devices: on the CPU tier, runs under the GPU's device rules "

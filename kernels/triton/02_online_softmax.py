@@ -123,6 +123,7 @@ def merge_kernel(m_a_ptr, l_a_ptr, m_b_ptr, l_b_ptr, m_ptr, l_ptr, n, BLOCK: tl.
 
 BLOCK_COLS = 128  # columns per step: a fixed window, whatever the row length
 MERGE_BLOCK = 1024  # states per program of the elementwise merge
+BLOCK_KEYS = 32     # keys per online step of online_attention (below)
 
 
 def check_config(head_dim: int, dtype: torch.dtype) -> dict[str, triton.Config]:
@@ -200,9 +201,6 @@ def merge(m_a: torch.Tensor, l_a: torch.Tensor, m_b: torch.Tensor, l_b: torch.Te
 
 
 # region: online_attention
-BLOCK_KEYS = 32   # keys per online step of online_attention
-
-
 @triton.jit
 def online_attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,       # Q (Nq, D), K and V (Nk, D), O (Nq, D), row-major

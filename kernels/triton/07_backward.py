@@ -217,17 +217,21 @@ def check_config(head_dim: int, dtype: torch.dtype) -> dict[str, triton.Config]:
     Not autotuned on purpose: an autotuner re-runs a launch to time it, which in atomic mode would add dQ
     several times unless the buffer were zeroed before every run. The dK/dV kernel holds K, V, dK and dV
     (4 × BLOCK_N × D) in registers, so the blocks shrink as D grows; fp32 tiles are twice the bytes, so
-    they get half the block.
+    they get half the block. Past D = 64 the dK/dV kernel keeps to 4 warps with 32 keys (16-bit tiles do not
+    spill on sm_80 or sm_90): with 8 warps and 64 keys, an H100 (Triton 3.6) gave a wrong dK in scattered rows at
+    D = 128, fp16, causal, and different bits from run to run at D = 96 and 128.
     """
     half = 2 if dtype == torch.float32 else 1
+    q_m, q_n = 64 // half, 32
     if head_dim <= 64:
-        kv_m, kv_n, q_m, q_n, warps, stages = 32, 64 // half, 64 // half, 32, 4, 3
+        kv_m, kv_n, kv_warps, warps, stages = 32, 64 // half, 4, 4, 3
     elif head_dim <= 128:
-        kv_m, kv_n, q_m, q_n, warps, stages = 32, 64 // half, 64 // half, 32, 8, 2
+        kv_m, kv_n, kv_warps, warps, stages = 32, 32 // half, 4, 8, 2
     else:
-        kv_m, kv_n, q_m, q_n, warps, stages = 16, 32 // half, 32 // half, 16, 8, 1
+        kv_m, kv_n, kv_warps, warps, stages = 16, 32 // half, 8, 8, 1
+        q_m, q_n = 32 // half, 16
     return {"preprocess_delta_kernel": triton.Config({"BLOCK_M": 64}, num_warps=4, num_stages=stages),
-            "dkdv_kernel": triton.Config({"BLOCK_M": kv_m, "BLOCK_N": kv_n}, num_warps=warps, num_stages=stages),
+            "dkdv_kernel": triton.Config({"BLOCK_M": kv_m, "BLOCK_N": kv_n}, num_warps=kv_warps, num_stages=stages),
             "dq_kernel": triton.Config({"BLOCK_M": q_m, "BLOCK_N": q_n}, num_warps=warps, num_stages=stages)}
 
 
