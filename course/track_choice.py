@@ -7,7 +7,8 @@ graded test cell calls
     course.check_tracks("01.naive", triton=naive_attention, cuda=naive_cuda, metal=naive_metal)
 
 which checks every track the learner touched and passes when at least one passes, saying which one
-was graded and what the others (practice) did. A track still holding its stub is "not started",
+was graded and what the others (practice) did: a practice track that fails shows its whole failure,
+as its own check would. A track still holding its stub is "not started",
 never a failure.
 """
 from __future__ import annotations
@@ -43,8 +44,8 @@ def _not_started(message: str) -> bool:
     return "not implemented yet" in message
 
 
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
+def _indent(text: str, by: int = 4) -> str:
+    return "\n".join(" " * by + line for line in text.splitlines())
 
 
 def check_tracks(step: str, *, cases: Any = None, **answers: Any):
@@ -92,7 +93,9 @@ def check_tracks(step: str, *, cases: Any = None, **answers: Any):
     for other, state, message in outcomes:
         if other == track:
             continue
-        summary = message.splitlines()[0] if state == "failed" else state
-        lines.append(f"  practice, not graded: {TRACK_NAMES[other]}: {summary}")
+        if state == "failed":  # the whole failure: its first line often only says where (the race report follows)
+            lines.append(f"  practice, not graded: {TRACK_NAMES[other]} fails:\n{_indent(message, 6)}")
+        else:
+            lines.append(f"  practice, not graded: {TRACK_NAMES[other]}: {state}")
     print("\n".join(lines))
     return report
