@@ -364,8 +364,11 @@ std::string dim_text(const Dim3 &d) {
     return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
 
+// A launch's unit of threads in its language's word: Metal says threadgroup where CUDA says block.
+const char *group_word() { return g_launch && g_launch->spec.is_metal ? " of threadgroup " : " of block "; }
+
 std::string thread_text(const ThreadCtx &t) {
-    return "thread " + dim_text(t.thread_idx) + " of block " + dim_text(t.block_idx);
+    return "thread " + dim_text(t.thread_idx) + group_word() + dim_text(t.block_idx);
 }
 
 // "{pc:OFFSET}" placeholders become "line N" in Python (addr2line on the module).
@@ -795,7 +798,7 @@ std::string global_thread_text(uint64_t id) {
     const uint64_t b = id / per_block, t = id % per_block;
     const Dim3 bi{uint32_t(b % s.grid[0]), uint32_t(b / s.grid[0] % s.grid[1]), uint32_t(b / (uint64_t(s.grid[0]) * s.grid[1]))};
     const Dim3 ti{uint32_t(t % s.block[0]), uint32_t(t / s.block[0] % s.block[1]), uint32_t(t / (uint64_t(s.block[0]) * s.block[1]))};
-    return "thread " + dim_text(ti) + " of block " + dim_text(bi);
+    return "thread " + dim_text(ti) + group_word() + dim_text(bi);
 }
 
 // The kind of memory a shadow cell belongs to, for what a barrier orders (Fence's bits).
@@ -962,7 +965,8 @@ void check_access(uintptr_t a, size_t bytes, int access, const void *pc, bool al
             if (a + bytes > lo + size) {
                 const std::string name = kind == 0 ? std::string(w->extern_shared_names[i])
                                                    : "[[threadgroup(" + std::to_string(i) + ")]]";
-                abort_launch("out-of-bounds " + std::string(access_word(access)) + " of shared memory `" + name +
+                const char *memory = g_launch->spec.is_metal ? " of threadgroup memory `" : " of shared memory `";
+                abort_launch("out-of-bounds " + std::string(access_word(access)) + memory + name +
                              "` at " + pc_text(pc) + " by " + thread_text(f.t) + ": byte " + std::to_string(a - lo) +
                              ", but the launch gave it " + std::to_string(size) + " bytes.");
             }
