@@ -137,6 +137,21 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if (x == 0 or 1e-3 <= abs(x) < 1e5) else f"{x:.2e}"
 
 
+def _fmt_apart(a: float, b: float) -> tuple[str, str]:
+    """Two numbers that differ, shown so that they look different: whole numbers in full, others with as many
+    significant digits as it takes (a byte count off by 128 in 69 million is not "6.92e+07" twice)."""
+    if a == b or not (math.isfinite(a) and math.isfinite(b)):
+        return _fmt(a), _fmt(b)
+    if float(a).is_integer() and float(b).is_integer() and max(abs(a), abs(b)) < 2 ** 53:
+        return (_fmt(a), _fmt(b)) if abs(a) < 1e5 and abs(b) < 1e5 else (f"{int(a):,}", f"{int(b):,}")
+    shown = _fmt(a), _fmt(b)
+    digits = 3
+    while shown[0] == shown[1] and digits < 17:
+        digits += 1
+        shown = f"{a:.{digits}g}", f"{b:.{digits}g}"
+    return shown
+
+
 def _rows(indices: Sequence[int], total: int) -> str:
     shown = ", ".join(str(i) for i in indices[:8]) + (", …" if len(indices) > 8 else "")
     return f"{len(indices)} of {total} rows ({shown})"
@@ -208,7 +223,7 @@ def _compare(head: str, label: str, out: Any, ref: torch.Tensor, budget, dtype: 
     return [
         head,
         f"  {label} wrong in {_rows(bad_rows, n_rows)}",
-        f"  worst: {where}: got {_fmt(got)}, expected {_fmt(want)}",
+        "  worst: {}: got {}, expected {}".format(where, *_fmt_apart(got, want)),
         f"  error {_fmt(worst)} vs budget {_fmt(budget.allowed)} "
         f"({budget.k:g}× the plain {str(dtype).replace('torch.', '')} error {_fmt(budget.plain_error)}, + floor): "
         f"{_fmt(budget.ratio(worst))}× over",
@@ -964,9 +979,9 @@ def check_values(exercise: str, fn: Callable[..., Any], expected: Callable[..., 
     if first_wrong is None:
         return Report(exercise, len(arguments))
     call, got, want = first_wrong
-    lines = [f"{exercise}: {fn.__name__}({call}) returned {_fmt(got)}, expected {_fmt(want)}"]
+    lines = ["{}: {}({}) returned {}, expected {}".format(exercise, fn.__name__, call, *_fmt_apart(got, want))]
     if want and got:
-        lines[0] += f" ({_fmt(got / want)}× the right value)"
+        lines[0] += f" ({_fmt_apart(got / want, 1.0)[0]}× the right value)"
     hint = _value_hint(mistakes, returned, rel) if len(returned) == len(arguments) else None
     if hint:
         lines.append(f"  hint: {hint}")

@@ -126,6 +126,25 @@ def test_a_later_error_leaves_the_wrong_value_and_no_hint():
     assert "returned" in message and "ZeroDivisionError" not in message and hint_of(message) is None
 
 
+def test_a_wrong_number_never_looks_like_the_right_one():
+    """Off by 128 bytes in 69 million: both numbers in full, not "6.92e+07" twice, and the ratio is not "1"."""
+    right = roofline.tiled_kernel_bytes
+
+    def off_by_a_little(n_q, n_k, d, block_m, bytes_per_element):
+        return right(n_q, n_k, d, block_m, bytes_per_element) + (128 if n_q == 4096 else 0)
+    message = failure("03.tiled_bytes", off_by_a_little)
+    got, want = re.search(r"returned ([\d,]+), expected ([\d,]+) \(([\d.]+)× the right value\)", message).group(1, 2)
+    assert int(got.replace(",", "")) - int(want.replace(",", "")) == 128, message
+    assert ratio_of(message) != 1, message
+
+    def a_little_high(n, d, bytes_per_element):  # not whole numbers: as many digits as it takes
+        return roofline.arithmetic_intensity(roofline.attention_flops(n, n, d),
+                                             roofline.flash_attention_bytes(n, n, d, bytes_per_element)) * 1.00001
+    message = failure("00.flash_intensity", a_little_high)
+    got, want = re.search(r"returned ([\d.e+]+), expected ([\d.e+]+)", message).group(1, 2)
+    assert got != want and float(got) > float(want), message
+
+
 def naive_bytes(q_row=1, kv=None, programs=None, per_element=True):
     reads = roofline.naive_kernel_bytes_read(1, 1, 1, 1) - 1  # N × D tensors of K and V per program
 
