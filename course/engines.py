@@ -536,6 +536,9 @@ def _lse_hint(lse: Any, ref: torch.Tensor, m: torch.Tensor, tol: float, rel: flo
                lambda: want * LOG2E),
         _Guess("LSE_i = m_i + log(l_i): the running max m_i is missing.", lambda: want - m),
         _Guess("LSE_i = m_i + log(l_i): the log(l_i) term is missing.", lambda: m),
+        _Guess("the LSE is too large by each row's max, counted twice: with P = exp(S) and nothing subtracted, l "
+               "already holds e^m, and m + log(l) adds m again. Subtract the running max before exponentiating: "
+               "P = exp(S − m).", lambda: want + m),
     ]
     return _pick([g for g in guesses if _fits(got, g.output(), want, tol, rel)])
 
@@ -654,6 +657,12 @@ def _backward_hint(result, wanted, args, case: Case, scale: float, wrong: list[s
     """A hint when one known backward mistake explains every wrong gradient (the right ones are left as they are)."""
     got = {name: g.detach().to("cpu", torch.float64) for name, g in zip(("dq", "dk", "dv"), result)}
     if not all(bool(torch.isfinite(got[name]).all()) for name in wrong):
+        # NaN in exactly the rows of dQ whose LSE is -inf: exp(S - LSE) was taken there unguarded.
+        empty = set(torch.isneginf(args[4].detach().cpu()).reshape(-1).nonzero().flatten().tolist())
+        if empty and "dq" in wrong and _row_sets(~torch.isfinite(got["dq"])) == empty:
+            return ("the NaN rows of dQ are the rows that see no key: their LSE is −inf, and exp(S − LSE) is "
+                    "exp(−inf + inf) = NaN there. Where the LSE is −inf, subtract +inf instead (torch.where), so "
+                    "those rows of P are 0.")
         return None
     want = dict(zip(("dq", "dk", "dv"), wanted))
     q, k, v, o, lse, do = args

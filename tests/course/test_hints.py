@@ -334,6 +334,7 @@ def test_an_ignored_scale_argument_is_named_with_the_scale():
     (lambda o, lse, m: lse * 1.4426950408889634, "base-2 units"),
     (lambda o, lse, m: lse - m, "the running max m_i is missing"),
     (lambda o, lse, m: m, "the log(l_i) term is missing"),
+    (lambda o, lse, m: lse + m, "counted twice"),  # P = exp(S) with no max subtracted, then m + log(l)
     (lambda o, lse, m: lse + 0.5, None),
 ])
 def test_lse_hints(wrong_lse, words):
@@ -452,6 +453,26 @@ def without_delta(q, k, v, o, lse, do, causal=False, scale=None):
 ])
 def test_backward_hints(wrong, words):
     assert words in hint_of(backward_failure(wrong))
+
+
+def unguarded_lse(q, k, v, o, lse, do, causal=False, scale=None, nan_elsewhere=False):
+    """Lesson 07's backward in PyTorch with exp(S - LSE) taken where the LSE is -inf."""
+    s = (q @ k.T) * scale
+    if causal:
+        s = s.masked_fill(~course.reference.causal_mask(*s.shape), float("-inf"))
+    p = torch.exp(s - lse[:, None])
+    if nan_elsewhere:  # a NaN for another reason: in the first row, which sees keys
+        p = torch.where(torch.isnan(p), torch.zeros_like(p), p)
+        p[0, 0] = float("nan")
+    ds = p * (do @ v.T - (do * o).sum(-1, keepdim=True))
+    return scale * ds @ k, scale * ds.T @ q, p.T @ do
+
+
+def test_nan_in_the_rows_that_see_no_key_gets_the_lse_guard_hint_and_nothing_else_does():
+    no_key = [Case(33, 20, 16, causal=True, seed=3)]  # Nq > Nk, bottom-right: 13 rows see no key
+    assert "rows that see no key" in hint_of(backward_failure(unguarded_lse, no_key))
+    message = backward_failure(lambda *a, **kw: unguarded_lse(*a, **kw, nan_elsewhere=True), no_key)
+    assert "NaN" in message and hint_of(message) is None
 
 
 def test_a_gradient_wrong_for_no_known_reason_gets_the_facts_only():

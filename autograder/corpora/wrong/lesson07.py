@@ -24,7 +24,7 @@ WRONG = [
                   edits=(("ds = p * (dp - delta)", "ds = p * dp"),), hint="the Δ term is missing"),
     WrongSolution(_A, "backward_torch", "nan-on-empty-rows", "subtracts an LSE of -inf, so rows with no key give NaN",
                   edits=(("lse = torch.where(torch.isinf(lse), math.inf, lse.float())", "lse = lse.float()"),),
-                  hint=None),
+                  hint="the rows that see no key"),
     WrongSolution(_A, "backward_torch", "renormalised-p", "renormalises P row by row instead of rebuilding it from the LSE",
                   edits=(("p = torch.exp(s - lse[:, None])", "p = torch.softmax(s, dim=-1).nan_to_num(0.0)"),),
                   hint=None),
