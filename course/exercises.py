@@ -208,6 +208,9 @@ def _track_step(exercise: str):
         from course.tracks import cuda, metal
         from course.tracks.table import exercise as row
         track = metal if row(exercise).track == "metal" else cuda
+        from course import measured
+        if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
+            measured.causal_tiles_simt(exercise, module)
         if cases is None:
             return track.check_step(exercise, module)
         return track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
@@ -369,8 +372,8 @@ def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
 # -- lesson 04: memory transactions and banks -----------------------------------------------------
 
 def _sectors_expected(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
-    from course.memory_model import WARP, sectors_touched
-    return len(sectors_touched([offset_bytes + lane * stride_bytes for lane in range(WARP)], access_bytes))
+    from course.memory_model import WARP, sectors_of_bytes
+    return len(sectors_of_bytes([offset_bytes + lane * stride_bytes for lane in range(WARP)], access_bytes))
 
 
 _SECTOR_MISTAKES = [
@@ -385,18 +388,27 @@ _SECTOR_MISTAKES = [
     Mistake("the offset matters: sectors start at multiples of 32 bytes, so a run that starts 4 bytes late "
             "reaches into one more sector.", lambda offset_bytes, stride_bytes, access_bytes:
             _sectors_expected(0, stride_bytes, access_bytes)),
+    Mistake("a lane's bytes can straddle a sector boundary: count every sector from the one its first byte is in to "
+            "the one its last byte is in, not only the sector where its access starts.",
+            lambda offset_bytes, stride_bytes, access_bytes: len({(offset_bytes + lane * stride_bytes) // 32
+                                                                  for lane in range(32)})),
 ]
+
+# The cases lesson 04's questions raise, each in the visible check: a run 4 bytes late, float4s that straddle a
+# sector boundary (offset 8: every lane's 16 bytes end in the next sector, 17 sectors where counting start
+# sectors gives 16), a column walk, every other float, all lanes on one address, and float4s in a row.
+_SECTOR_ARGS = [dict(offset_bytes=0, stride_bytes=4, access_bytes=4),
+                dict(offset_bytes=4, stride_bytes=4, access_bytes=4),
+                dict(offset_bytes=0, stride_bytes=16, access_bytes=16),
+                dict(offset_bytes=8, stride_bytes=16, access_bytes=16),
+                dict(offset_bytes=0, stride_bytes=256, access_bytes=4),
+                dict(offset_bytes=0, stride_bytes=8, access_bytes=4),
+                dict(offset_bytes=64, stride_bytes=0, access_bytes=4),
+                dict(offset_bytes=16, stride_bytes=16, access_bytes=16)]
 
 
 def _warp_sectors(fn, arguments: Iterable[dict] | None = None) -> Report:
-    args = arguments or [dict(offset_bytes=0, stride_bytes=4, access_bytes=4),
-                         dict(offset_bytes=4, stride_bytes=4, access_bytes=4),
-                         dict(offset_bytes=0, stride_bytes=16, access_bytes=16),
-                         dict(offset_bytes=0, stride_bytes=256, access_bytes=4),
-                         dict(offset_bytes=0, stride_bytes=8, access_bytes=4),
-                         dict(offset_bytes=64, stride_bytes=0, access_bytes=4),
-                         dict(offset_bytes=16, stride_bytes=16, access_bytes=16)]
-    return check_values("04.warp_sectors", fn, _sectors_expected, args, _SECTOR_MISTAKES)
+    return check_values("04.warp_sectors", fn, _sectors_expected, arguments or _SECTOR_ARGS, _SECTOR_MISTAKES)
 
 
 def _bank_ways_expected(row_floats: int, pad_floats: int) -> int:
@@ -605,6 +617,9 @@ def _tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.flo
     cases = list(cases) if cases is not None else _forward_cases(dtype_mix)
     report = check_attention(exercise, fn, cases, with_lse=True, **_kernel_options())
     check_attention(exercise, fn, [Case(9, 40, 32, seed=9)], scale=0.3, pass_scale=True, with_lse=True, **_kernel_options())
+    if exercise == "05.mma_triton":  # the lesson's technique, measured: both products on tl.dot, 16-bit operands
+        from course import measured
+        measured.matrix_units_triton(exercise, fn)
     return report
 
 
@@ -613,6 +628,8 @@ def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
                       Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
                       Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
                       Case(65, 33, 16, causal=False, seed=6)]
+    from course import measured
+    measured.causal_tiles_triton("06.causal_triton", fn)  # the key tiles each program loads, before the values
     report = check_attention("06.causal_triton", fn, cases, with_lse=True, pass_causal=True, **_kernel_options())
     check_attention("06.causal_triton", fn, [Case(9, 40, 32, causal=True, seed=9)], scale=0.3, pass_scale=True,
                     pass_causal=True, with_lse=True, **_kernel_options())
@@ -627,6 +644,8 @@ def _backward_cases() -> list[Case]:
 
 def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bool = False) -> Report:
     cases = list(cases) if cases is not None else _backward_cases()
+    from course import measured
+    measured.backward_tiles_triton(exercise, fn, split=deterministic)  # tiles skipped; no atomics when split
     report = check_backward(exercise, fn, cases, **_kernel_options())
     if deterministic:
         # Same inputs, same bits: a dQ built without atomics has one summation order.
@@ -932,6 +951,80 @@ def _capstone_probe(name: str):
     return make
 
 
+# -- numeric exercises: arguments drawn when the grader checks -----------------------------------
+# A lookup table of the visible arguments passes a visible check and nothing else: a hidden test adds
+# ``drawn=N``, N argument sets drawn at random (os.urandom) within the lesson's valid range. Under the
+# grader the seed goes into the recording, so the re-check, which replays the learner's answers, draws
+# the very same sets (course.recording).
+
+_D = (16, 32, 48, 64, 80, 96, 128)  # head dims a lesson uses
+
+
+def _draw_sizes(rng, low: int = 1, high: int = 8192) -> int:
+    """A length, mostly not a multiple of any tile (1, 17, 129, ... as often as 128)."""
+    return rng.choice([rng.randint(low, 64), rng.randint(low, high)])
+
+
+DRAWS: dict[str, Callable[[Any], dict | tuple]] = {
+    "00.attention_flops": lambda r: dict(n_q=_draw_sizes(r), n_k=_draw_sizes(r), d=r.choice(_D)),
+    "00.flash_intensity": lambda r: dict(n=_draw_sizes(r), d=r.choice(_D), bytes_per_element=r.choice((2, 4))),
+    "01.naive_bytes_read": lambda r: dict(n=_draw_sizes(r), d=r.choice(_D),
+                                          dtype=r.choice((torch.float32, torch.float16, torch.bfloat16))),
+    "02.softmax_bytes": lambda r: dict(rows=_draw_sizes(r), cols=_draw_sizes(r), bytes_per_element=r.choice((2, 4)),
+                                       online=r.random() < 0.5),
+    "03.tiled_bytes": lambda r: dict(n_q=_draw_sizes(r), n_k=_draw_sizes(r), d=r.choice(_D),
+                                     block_m=r.choice((16, 32, 64, 128)), bytes_per_element=r.choice((2, 4))),
+    "03.shared_bytes": lambda r: dict(block_m=r.choice((4, 8, 16, 32, 64)), block_n=r.choice((16, 32, 48, 64, 96)),
+                                      d=r.choice(_D)),
+    # Any offset, stride and width: straddles of a sector boundary among them.
+    "04.warp_sectors": lambda r: dict(offset_bytes=r.randint(0, 255), stride_bytes=r.choice((0, r.randint(1, 300))),
+                                      access_bytes=r.choice((1, 2, 4, 8, 12, 16))),
+    "04.bank_ways": lambda r: dict(row_floats=r.randint(1, 256), pad_floats=r.randint(0, 8)),
+    "06.causal_mask": lambda r: dict(n_q=r.randint(1, 12), n_k=r.randint(1, 12), top_left=r.random() < 0.5),
+    "06.tile_counts": lambda r: dict(n_q=_draw_sizes(r, high=600), n_k=_draw_sizes(r, high=600),
+                                     block_m=r.choice((16, 32, 64, 128)), block_n=r.choice((16, 32, 64, 128))),
+    "07.backward_flops": lambda r: dict(n_q=_draw_sizes(r), n_k=_draw_sizes(r), d=r.choice(_D),
+                                        design=r.choice(("stored_p", "atomic", "split"))),
+    "09.rows_per_step": lambda r: dict(operands=r.randint(1, 6), block_cols=r.randint(1, 4), dtype_bits=r.choice((16, 32)),
+                                       full_sync=r.random() < 0.5),
+    "09.grid_assignment": lambda r: (lambda q: (q, q + r.randint(0, 8), r.randint(1, 8), r.random() < 0.8))(
+        r.randint(1, 64)),
+}
+"""Exercise id → one argument set drawn from a ``random.Random``, in the form its check takes."""
+
+ENUMERATED = {"05.fragment_lane": "its visible check asks for every element of every fragment: there is nothing left "
+                                  "to draw"}
+"""Numeric exercises with no draws, and why."""
+
+_DRAWN_SEED = "drawn-seed:"  # recording key of a test's seed (beside the call digests, which are 32 hex digits)
+
+
+def drawn_arguments(exercise: str, count: int, seed: int) -> list:
+    """``count`` argument sets of ``exercise`` drawn with ``seed`` (the same seed, the same sets)."""
+    import random
+    if exercise not in DRAWS:
+        raise CheckFailed(f"{exercise}: this exercise draws no arguments" + (f" ({ENUMERATED[exercise]})"
+                                                                             if exercise in ENUMERATED else "") + ".")
+    rng = random.Random(seed)
+    return [DRAWS[exercise](rng) for _ in range(count)]
+
+
+def _draw(exercise: str, count: Any, options: dict, candidate: Any) -> tuple[list, str, int]:
+    """(the drawn sets, the recording key, the seed): a fresh seed, or under the re-check the recorded one."""
+    from course.recording import call_key
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise CheckFailed(f"{exercise}: drawn= takes a number of argument sets to draw, at least 1; got {count!r}.")
+    key = _DRAWN_SEED + call_key(exercise, (), {"arguments": options.get("arguments"), "drawn": count})
+    if isinstance(candidate, Replay):
+        seed = candidate.recordings.get(exercise, {}).get(key)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise CheckFailed(f"{exercise}: the notebook holds no drawn arguments for this test: the check that should "
+                              "have recorded them did not run, or did not run as the course wrote it.")
+    else:
+        seed = int.from_bytes(os.urandom(8), "little")
+    return drawn_arguments(exercise, count, seed), key, seed
+
+
 EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("00.attention_flops", "FLOPs of the attention forward pass", _attention_flops),
     Exercise("00.flash_intensity", "Arithmetic intensity of a fused attention kernel", _intensity),
@@ -1023,6 +1116,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     formula to give the bytes it was measured to move.
     """
     measured_with = options.pop("kernel", None)
+    drawn = options.pop("drawn", None)
     if exercise not in EXERCISES:
         known = ", ".join(sorted(EXERCISES))
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
@@ -1056,11 +1150,17 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         gate(row, graded, learner)  # before anything runs: on the interpreter a kernel body is Python
     if isinstance(candidate, Replay):
         graded = candidate.for_exercise(exercise)
+    draw = None
+    if drawn is not None:  # checked on the given arguments (if any) and on sets drawn now
+        draw = _draw(exercise, drawn, options, candidate)
+        options["arguments"] = list(options.get("arguments") or []) + draw[0]
     recorder = None
     if ((row is None or row.learner_wrapper) and chosen.takes == "function" and not chosen.isolated and autograding()
             and not isinstance(candidate, Replay)):
         # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
         recorder = graded = Recorder(exercise, candidate, getattr(candidate, "__name__", exercise))
+        if draw is not None:  # the re-check draws the same sets from the same seed
+            recorder.calls[draw[1]] = draw[2]
     from course.tracks.triton import autotune
     started = time.perf_counter()
     try:

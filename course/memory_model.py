@@ -67,7 +67,7 @@ from typing import Iterable, Sequence
 __all__ = [
     "WARP", "SECTOR_BYTES", "LINE_BYTES", "BANKS", "BANK_BYTES", "ACCESS_WIDTHS",
     "WarpAccess", "Coalescing", "BankAccess",
-    "sectors_touched", "coalescing", "total_coalescing", "warp_instructions",
+    "sectors_touched", "sectors_of_bytes", "coalescing", "total_coalescing", "warp_instructions",
     "bank_access", "bank_conflict_ways", "phases_of",
     "warp_row_access", "warp_column_walk",
     "TileSchedule", "Pipeline", "pipeline_timeline", "pipeline_makespan", "barriers_per_tile",
@@ -239,6 +239,22 @@ def sectors_touched(byte_addresses: Sequence[int], access_bytes: int = 4) -> tup
     addresses = _lanes(byte_addresses, access_bytes)
     # A naturally aligned access of at most 16 bytes never crosses a 32-byte boundary.
     return tuple(sorted({a // SECTOR_BYTES for a in addresses}))
+
+
+def sectors_of_bytes(starts: Sequence[int], length: int) -> tuple[int, ...]:
+    """The distinct 32-byte sectors (sorted) that the byte ranges ``start .. start + length - 1`` fall in.
+
+    Any start and any length: what the lanes *need*, however it is loaded. One load of ``length`` bytes must
+    start at a multiple of ``length`` (:func:`sectors_touched` refuses anything else, as the GPU does); a
+    range that does not (four floats starting 8 bytes into a sector) is read by narrower loads, which fetch
+    these same sectors, and such a range can straddle a sector boundary: two sectors for one lane.
+    """
+    length = _whole(length, "length", low=1)
+    sectors = set()
+    for i, start in enumerate(starts):
+        start = _whole(start, f"the start of range {i}")
+        sectors.update(range(start // SECTOR_BYTES, (start + length - 1) // SECTOR_BYTES + 1))
+    return tuple(sorted(sectors))
 
 
 def coalescing(byte_addresses: Sequence[int], access_bytes: int = 4) -> Coalescing:

@@ -145,6 +145,15 @@ def test_a_wrong_number_never_looks_like_the_right_one():
     assert got != want and float(got) > float(want), message
 
 
+def test_counting_the_sector_each_lane_starts_in_fails_on_the_straddle_with_a_sentence():
+    """Offset 8, stride 16, 16 bytes: every lane's bytes end in the next sector. 17 is right, start sectors give 16."""
+    def start_sectors(offset_bytes, stride_bytes, access_bytes):
+        return len({(offset_bytes + lane * stride_bytes) // 32 for lane in range(32)})
+    message = failure("04.warp_sectors", start_sectors)
+    assert "offset_bytes=8, stride_bytes=16, access_bytes=16) returned 16, expected 17" in message
+    assert "straddle a sector boundary" in hint_of(message)
+
+
 def naive_bytes(q_row=1, kv=None, programs=None, per_element=True):
     reads = roofline.naive_kernel_bytes_read(1, 1, 1, 1) - 1  # N × D tensors of K and V per program
 

@@ -48,6 +48,21 @@ def test_lanes_asking_for_the_same_bytes_share_them():
     assert mm.sectors_touched([0, 4, 36, 1000], 4) == (0, 1, 31)
 
 
+def test_byte_ranges_that_straddle_a_sector_count_both_sectors():
+    """Four floats a lane, starting 8 bytes late: every lane's bytes end in the next sector. A float4 load there
+    is refused (misaligned); the bytes still lie in 17 sectors, which is what narrower loads fetch."""
+    starts = [8 + 16 * lane for lane in range(32)]
+    assert len(mm.sectors_of_bytes(starts, 16)) == 17
+    assert len({a // 32 for a in starts}) == 16  # counting start sectors only misses the last one
+    aligned = [16 * lane for lane in range(32)]
+    assert mm.sectors_of_bytes(aligned, 16) == mm.sectors_touched(aligned, 16)
+    assert mm.sectors_of_bytes([30], 4) == (0, 1) and mm.sectors_of_bytes([0, 0], 33) == (0, 1)
+    with pytest.raises(ValueError, match="no smaller than 1"):
+        mm.sectors_of_bytes([0], 0)
+    with pytest.raises(ValueError, match="no smaller than 0"):
+        mm.sectors_of_bytes([-4], 4)
+
+
 def test_a_misaligned_float4_is_refused_as_the_gpu_refuses_it():
     access = mm.warp_row_access(64, vector=4, offset_bytes=4)
     assert not access.aligned

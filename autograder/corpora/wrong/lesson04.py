@@ -25,6 +25,15 @@ WRONG = [
     WrongSolution(_A, "warp_sectors", "offset-forgotten", "leaves the offset out, as if every access started a sector",
                   edits=(("first = offset_bytes + lane * stride_bytes", "first = lane * stride_bytes"),),
                   hint="the offset matters"),
+    WrongSolution(_A, "warp_sectors", "start-sector-only", "counts only the sector where each lane's access starts",
+                  edits=(("sectors.update(range(first // 32, last // 32 + 1))", "sectors.add(first // 32)"),),
+                  hint="straddle a sector boundary"),
+    WrongSolution(_A, "warp_sectors", "visible-table", "answers from a table of the visible check's arguments",
+                  source="def warp_sectors(offset_bytes, stride_bytes, access_bytes):\n"
+                         "    seen = {(0, 4, 4): 4, (4, 4, 4): 5, (0, 16, 16): 16, (8, 16, 16): 17, (0, 256, 4): 32,\n"
+                         "            (0, 8, 4): 8, (64, 0, 4): 1, (16, 16, 16): 17}\n"
+                         "    return seen.get((offset_bytes, stride_bytes, access_bytes), 0)\n",
+                  hint=None),
     # -- exercise 2: bank conflicts of a column walk ------------------------------------------------------
     WrongSolution(_A, "bank_ways", "padding-ignored", "leaves the padding out of the row stride",
                   edits=(("stride = row_floats + pad_floats", "stride = row_floats"),),
