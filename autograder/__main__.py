@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import BUILD_DIR, NOTEBOOKS_DIR, SOLUTIONS_DIR
+from autograder.lean_imports import skip_unused_imports
 
 if TYPE_CHECKING:
     from autograder.sandbox.bubblewrap import SandboxSettings
@@ -221,4 +222,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    skip_unused_imports()  # this process is the grader's own: see autograder.lean_imports
     sys.exit(main())

@@ -1,10 +1,14 @@
-"""The grader's child processes (nbgrader runs, re-checks): started so that none outlives its purpose.
+"""The grader's child processes (nbgrader runs, re-checks, sandboxed kernels): none outlives its purpose.
 
-* Each runs in a session of its own (a timeout kills its whole process group, kernels included).
-* Where util-linux's ``setpriv`` offers it, each gets the parent-death signal: when the process
-  that started it dies (a Dask worker killed mid-submission, say), it is killed too, and so is its
-  sandboxed kernel (bubblewrap runs with ``--die-with-parent``). The signal follows the *thread*
-  that started the child; every caller here blocks in that thread until the child has ended.
+* Each runs in a session of its own; stopping one (:func:`stop_group`) kills its process group and every
+  process descended from it, a kernel in a session of its own included.
+* Each gets the parent-death signal where util-linux's ``setpriv`` offers it (:func:`die_with_parent`):
+  when the process that started it dies (a Dask worker killed mid-submission, an nbgrader run stopped at
+  its time limit), it is killed too. The signal is armed a moment after the child starts, so the prefix
+  also checks, once it is armed, that the parent is still the one that started it, and exits otherwise:
+  a parent killed in between would leave the child running for good (bubblewrap's own
+  ``--die-with-parent`` has the same gap). The signal follows the *thread* that started the child; every
+  caller here blocks in that thread until the child has ended.
 * :func:`stop_all` kills every child still running, for an interrupted batch (Ctrl-C): the
   threads waiting on them return at once instead of after a whole grading.
 """
@@ -18,18 +22,53 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["death_signal_prefix", "tracked", "stop_all", "stop_group", "reopen"]
+__all__ = ["die_with_parent", "descendants", "tracked", "stop_all", "stop_group", "reopen"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children first), read from /proc; empty where there is none."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return []
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()  # the name before ")" may hold anything
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(0), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def stop_group(process: subprocess.Popen) -> None:
-    """Kill ``process`` and its process group (it was started with ``start_new_session=True``), then reap it.
+    """Kill ``process``, its process group (it was started with ``start_new_session=True``) and every process
+    below it, then reap it.
 
-    The same as ``course.processes.stop_group``, kept here so that nbgrader's processes, which import
-    this package through their configuration, need not import the course (and PyTorch) for it."""
+    The group is stopped first, so that nothing in it starts another process while the family is listed;
+    a process below it in another session (a kernel) is found by descent. The same as
+    ``course.processes.stop_group``, kept here so that nbgrader's processes, which import this package
+    through their configuration, need not import the course (and PyTorch) for it."""
+    try:
+        os.killpg(process.pid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        pass
+    family = descendants(process.pid)  # before the kill: once it dies, its children belong to someone else
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         process.kill()
+    for pid in family:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     process.wait()
 
 _lock = threading.Lock()
@@ -48,15 +87,27 @@ def _setpriv_has_pdeathsig() -> bool:
     return "--pdeathsig" in said.stdout
 
 
-_PREFIX: list[str] | None = None
+_SETPRIV: str | None = None
+
+# Run as ``sh -c GUARD name PARENT COMMAND...`` once the death signal is armed: $PPID is the parent now.
+_PARENT_GUARD = 'if [ "$PPID" != "$1" ]; then exit 125; fi; shift; exec "$@"'
 
 
-def death_signal_prefix() -> list[str]:
-    """``setpriv --pdeathsig KILL --`` where available, else nothing (the child then outlives a killed parent)."""
-    global _PREFIX
-    if _PREFIX is None:
-        _PREFIX = [shutil.which("setpriv") or "setpriv", "--pdeathsig", "KILL", "--"] if _setpriv_has_pdeathsig() else []
-    return list(_PREFIX)
+def die_with_parent(argv: list[str], parent: int | None = None, shell_prelude: str = "",
+                    name: str = "die-with-parent") -> list[str]:
+    """``argv`` wrapped so that it is killed when ``parent`` (default: this process, which must be the one
+    that starts it) dies, and never starts once ``parent`` is gone.
+
+    ``setpriv --pdeathsig KILL`` arms the signal, then a shell compares its parent with ``parent`` and
+    execs ``argv`` (same process, same signal); ``shell_prelude`` runs in that shell first (e.g. a
+    ``trap``). Without a ``setpriv`` that knows ``--pdeathsig`` only the check remains, and a child
+    outlives a parent that dies after it started."""
+    global _SETPRIV
+    if _SETPRIV is None:
+        _SETPRIV = (shutil.which("setpriv") or "") if _setpriv_has_pdeathsig() else ""
+    arm = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+    parent = os.getpid() if parent is None else parent
+    return [*arm, "/bin/sh", "-c", f"{shell_prelude}{_PARENT_GUARD}", name, str(parent), *argv]
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import REPO_ROOT
-from autograder.children import death_signal_prefix, stop_group, tracked
+from autograder.children import die_with_parent, stop_group, tracked
 from autograder.sandbox.bubblewrap import SandboxSettings
 
 __all__ = ["COURSE_ID", "KERNELS_VIEW", "BUILD_ARTEFACTS", "IGNORED_FILES", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
@@ -112,7 +112,8 @@ class CourseDir:
         """Run ``nbgrader ARGS`` here; on ``timeout`` seconds the command and its kernel are killed.
 
         ``environment`` adds variables (an unsandboxed kernel inherits them). The command dies with
-        the process that ran it, where ``setpriv`` can arrange that (see :mod:`autograder.children`).
+        the process that ran it, where ``setpriv`` can arrange that (see :mod:`autograder.children`),
+        and so do its kernels (see :mod:`autograder.sandbox.bubblewrap`).
         """
         env = dict(os.environ)
         env.update(environment or {})
@@ -121,10 +122,12 @@ class CourseDir:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, [env.get("PATH")])])
         # A user's own ~/.jupyter/nbgrader_config.py must not change what the course releases or grades.
         env["JUPYTER_CONFIG_DIR"] = str(self.root / ".jupyter")
+        # nbgrader's own command line, started without imports it never uses (autograder.nbgrader_command).
+        command = [sys.executable, "-m", "autograder.nbgrader_command", *args]
         process = subprocess.Popen(
-            [*death_signal_prefix(), sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=env, text=True,
+            die_with_parent(command, name="nbgrader"), cwd=self.root, env=env, text=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a timeout kills the kernel too
+            start_new_session=True,  # its own process group; stop_group also finds its kernels, in theirs
         )
         timed_out = False
         with tracked(process):
@@ -134,6 +137,9 @@ class CourseDir:
                 timed_out = True
                 stop_group(process)
                 log, _ = process.communicate()
+            finally:
+                if process.poll() is None:  # leaving on an exception (an interrupt): nothing stays behind
+                    stop_group(process)
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)
             log_file.write_text(log)

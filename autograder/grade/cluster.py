@@ -49,6 +49,8 @@ WORKERS_SECONDS = 60          # how long to wait for a cluster's first worker
 
 def _warm_up() -> None:
     """Import what grading needs (seconds), while the client still prepares the assignment."""
+    from autograder.lean_imports import skip_unused_imports
+    skip_unused_imports()
     for module in ("nbgrader.api", "nbgrader.apps", "autograder.nbgrader_config", "autograder.grade.gradebook"):
         try:
             importlib.import_module(module)

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.children import death_signal_prefix, stop_group, tracked
+from autograder.children import die_with_parent, stop_group, tracked
 from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
 
 __all__ = ["Recheck", "answer_cells", "build_job", "grades_through_course", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
@@ -225,10 +225,10 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     try:
         with open(log, "w") as sink:
             # A session of its own: on a timeout the whole sandbox (and any compiler it started) goes.
-            # The sandbox dies with this process (bubblewrap's --die-with-parent); unconfined, setpriv sees to it.
-            prefix = [] if settings.isolate else death_signal_prefix()
-            proc = subprocess.Popen([*prefix, *argv], cwd=workdir, stdout=sink, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            # It dies with this process (kernel_command arms the death signal; unconfined, die_with_parent).
+            proc = subprocess.Popen(argv if settings.isolate else die_with_parent(argv, name="recheck"), cwd=workdir,
+                                    stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
             with tracked(proc):
                 try:
                     proc.wait(timeout=time_limit)
@@ -236,6 +236,9 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
                     stop_group(proc)
                     return Recheck(problem=f"the re-check ran past {time_limit:g} s and was stopped",
                                    seconds=time.monotonic() - started)
+                finally:
+                    if proc.poll() is None:  # leaving on an exception (an interrupt): nothing stays behind
+                        stop_group(proc)
     except OSError as exc:
         return Recheck(problem=f"the re-check could not start ({exc})", seconds=time.monotonic() - started)
     if not result.exists():

@@ -1,6 +1,13 @@
 """The sandbox a submission's notebook kernel runs in while it is autograded.
 
-A kernel is started as ``sh -c 'trap "" INT; exec "$@"' prlimit ... bwrap ... [setpriv ...] python ...``:
+A kernel is started as ``setpriv --pdeathsig KILL -- sh -c 'trap "" INT; <parent check>; exec "$@"' ...
+prlimit ... bwrap ... [setpriv ...] python ...``:
+
+* It dies with the process that starts it (nbgrader, or the grader for a re-check): the first
+  ``setpriv`` arms the parent-death signal and the shell then checks that its parent is still there
+  (:func:`autograder.children.die_with_parent`), which closes the moment before bubblewrap's own
+  ``--die-with-parent`` is armed. bubblewrap runs it in a PID namespace of its own, so whatever the
+  kernel starts, detached or not, is killed with bubblewrap: nothing of a grading outlives it.
 
 * **prlimit** caps the kernel's address space (memory), CPU seconds, processes and threads, the size
   of any file it writes, and turns core dumps off. Hard limits equal the soft ones (CPU: 5 s
@@ -46,6 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from autograder import REPO_ROOT
+from autograder.children import die_with_parent
 
 __all__ = ["SandboxSettings", "SandboxUnavailable", "require_sandbox", "kernel_command", "sandbox_uid",
            "hand_over", "describe_exit", "kernels_folder", "write_kernels_without_solutions", "SANDBOX_TIER"]
@@ -265,8 +273,9 @@ def kernel_command(argv: list[str], settings: SandboxSettings, workdir: Path, ru
     drop_root = [] if uid is None else [
         _tool("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
         "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    ignore_interrupt = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sandboxed-kernel"]
-    return [*ignore_interrupt, *limits, *bwrap, *drop_root, *argv]
+    # Dies with the process that starts it, and never starts once that one is gone (autograder.children).
+    return die_with_parent([*limits, *bwrap, *drop_root, *argv], shell_prelude='trap "" INT; ',
+                           name="sandboxed-kernel")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,15 @@
-"""Helpers the grading tests share: writing submissions, reading feedback, a lesson's two notebooks."""
+"""Helpers the grading tests share: writing submissions, reading feedback, a lesson's two notebooks, and
+watching that a grading run leaves no process behind."""
 from __future__ import annotations
 
+import ctypes
 import html
+import os
 import re
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import nbformat
 from nbgrader.preprocessors import ClearHiddenTests
@@ -55,3 +61,70 @@ def hidden_lines(nb: nbformat.NotebookNode) -> list[str]:
             elif inside and line.strip():
                 lines.append(line.strip())
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Nothing a grading run starts outlives it
+# ---------------------------------------------------------------------------------------------
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def adopt_orphans(on: bool) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _describe(process) -> str:
+    try:
+        return f"{process.pid} {' '.join(process.cmdline())[:160]}"
+    except Exception:  # noqa: BLE001 (it ended meanwhile)
+        return str(process.pid)
+
+
+@contextmanager
+def processes_left_behind(grace: float = 15.0) -> Iterator[list[str]]:
+    """Yields a list that, after the block, names every process started inside it that is still alive
+    ``grace`` seconds after the block ended (each is killed before the list is filled).
+
+    While the block runs, this process adopts the orphans of everything below it (Linux's child subreaper):
+    a process whose parent died (a kernel whose nbgrader was killed, a detached child of a submission)
+    becomes this process's child instead of init's, so it is found here however it got loose. Processes
+    that were below this one before the block (another test's server, say) are left alone."""
+    import psutil
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    left: list[str] = []
+    adopt_orphans(True)
+    try:
+        yield left
+    finally:
+        try:
+            deadline = time.monotonic() + grace
+            while True:
+                alive = []
+                for process in me.children(recursive=True):
+                    if process.pid in before:
+                        continue
+                    try:
+                        if process.status() == psutil.STATUS_ZOMBIE:
+                            if process.ppid() == me.pid:
+                                os.waitpid(process.pid, os.WNOHANG)  # an adopted orphan that has ended
+                            continue
+                    except (psutil.Error, ChildProcessError):
+                        continue
+                    alive.append(process)
+                if not alive or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            for process in alive:
+                left.append(_describe(process))
+                try:
+                    process.kill()
+                    if process.ppid() == me.pid:
+                        os.waitpid(process.pid, 0)
+                except (psutil.Error, ChildProcessError):
+                    pass
+        finally:
+            adopt_orphans(False)

@@ -3,11 +3,14 @@
 Each entry must earn exactly its known grade, with the reason on its feedback page; the honest one
 keeps full marks; and every entry's trick must really have worked on the notebook's own run where
 the entry says the re-check caught it (so the corpus cannot go stale into tricks that fool nothing).
+
+The same batch holds lesson 01's wrong-corpus pack and the student notebook as handed out, checked as
+test_wrong_corpus.py checks every lesson's (``check_pack_batch``): both need the honest notebook graded,
+and one grading of it serves both.
 """
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -15,6 +18,8 @@ import pytest
 
 from autograder.corpora.cheating import ASSIGNMENT, as_submission, corpus, packs, stale_outputs
 from autograder.corpora.hostile import make_submission
+from grading_support import processes_left_behind
+from test_wrong_corpus import GRADED_WITH_THE_CHEATING_CORPUS, check_pack_batch, write_pack_batch
 
 
 def _text(page: Path) -> str:
@@ -41,10 +46,10 @@ def test_entries_in_one_pack_lose_different_tests(repo: Path) -> None:
 def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path) -> None:
     from autograder.grade.pipeline import grade_submissions
 
+    assert ASSIGNMENT == GRADED_WITH_THE_CHEATING_CORPUS
     source = repo / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     submissions = tmp_path / "submissions"
-    (submissions / "honest").mkdir(parents=True)
-    shutil.copyfile(source, submissions / "honest" / source.name)
+    write_pack_batch(repo, ASSIGNMENT, submissions)  # the honest notebook, the untouched one, a wrong pack
     handed_in = {}
     for pack in packs(corpus(repo)):
         submission = as_submission(pack, repo)
@@ -55,8 +60,10 @@ def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path)
         nbformat.write(notebook, submissions / submission.name / source.name)
         handed_in[submission.name] = (submission, pack)
 
-    results = {r.student_id: r for r in grade_submissions(submissions, ASSIGNMENT, tmp_path / "work", jobs=2,
-                                                          timeout=120)}
+    with processes_left_behind() as left:
+        results = {r.student_id: r for r in grade_submissions(submissions, ASSIGNMENT, tmp_path / "work", jobs=2,
+                                                              timeout=120)}
+    assert not left, f"processes of the batch outlived it: {left}"
     honest = results["honest"]
     problems = [] if honest.score == honest.max_score and not honest.recheck else \
         [f"honest: {honest.score}/{honest.max_score}, re-check notes {honest.recheck}"]
@@ -76,3 +83,4 @@ def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path)
                     problems.append(f"{cheat.name}: the notebook's own run already failed "
                                     f"{sorted(set(cheat.loses) - fooled)}, so the trick fooled nothing there")
     assert not problems, "\n".join(problems)
+    check_pack_batch(repo, ASSIGNMENT, results)

@@ -24,6 +24,7 @@ import pytest
 
 from autograder.corpora.hostile import LISTEN_PORT, TAMPER_MARK, corpus, make_submission
 from autograder.grade.submissions import student_id_from
+from grading_support import processes_left_behind
 
 ASSIGNMENT = "00_orientation"
 CELL_TIMEOUT = 10  # seconds; the honest notebook's slowest cell takes about one
@@ -317,20 +318,23 @@ def test_hostile_batch_earns_what_it_earned_and_harms_nothing(repo: Path, tmp_pa
     monkeypatch.setenv(BATCH_TOKEN, token)
     problems: list[str] = []
     started = time.monotonic()
-    try:
-        with Listener() as listener:
-            batch = Batch(repo, tmp_path, listener.port)
-            submitted, solutions = digest(batch.submissions), digest(batch.solutions)
-            results = {r.student_id: r for r in grade_submissions(
-                batch.submissions, ASSIGNMENT, batch.workdir, jobs=2, timeout=CELL_TIMEOUT, solutions=batch.solutions)}
-        if listener.peers:
-            problems.append(f"{len(listener.peers)} connections reached the socket on 127.0.0.1:{listener.port}")
-    finally:
-        leftovers = leftover_processes(token, tmp_path)
+    with processes_left_behind() as adopted:  # found by descent, however they got loose
+        try:
+            with Listener() as listener:
+                batch = Batch(repo, tmp_path, listener.port)
+                submitted, solutions = digest(batch.submissions), digest(batch.solutions)
+                results = {r.student_id: r for r in grade_submissions(
+                    batch.submissions, ASSIGNMENT, batch.workdir, jobs=2, timeout=CELL_TIMEOUT, solutions=batch.solutions)}
+            if listener.peers:
+                problems.append(f"{len(listener.peers)} connections reached the socket on 127.0.0.1:{listener.port}")
+        finally:
+            leftovers = leftover_processes(token, tmp_path)  # found by their marks
     elapsed = time.monotonic() - started
     if leftovers:
         shown = "; ".join(f"{pid} {cmd[:80]}" for pid, cmd in list(leftovers.items())[:5])
         problems.append(f"{len(leftovers)} processes of the batch outlived it and were killed now: {shown}")
+    if adopted:
+        problems.append(f"{len(adopted)} processes of the batch outlived it and were killed now: {'; '.join(adopted[:5])}")
     problems += grade_problems(batch, results)
     problems += gradebook_problems(batch)
     problems += secrecy_problems(batch)

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from autograder.coursedir import CourseDir
 from autograder.preprocessors.sandboxed_execute import SandboxedExecute
 from autograder.grade.pipeline import GradingError, StudentResult, grade_submissions
 from autograder.sandbox.bubblewrap import SandboxSettings, describe_exit, hand_over, kernel_command, kernels_folder, sandbox_uid
+from grading_support import adopt_orphans, processes_left_behind
 from notebook_factory import cell, notebook
 
 TIMEOUT = 5
@@ -185,6 +190,58 @@ def test_exit_codes_read_as_signals() -> None:
     assert describe_exit(3, isolated=True) == "exit status 3"
 
 
+# A process that starts ``argv`` in a child and exits at once; the child runs ``argv`` only once its parent
+# is gone (as if the parent had been killed the moment after starting it), and prints its pid first.
+_ORPHANING_PARENT = """
+import json, os, sys, time
+from autograder.children import die_with_parent
+argv = json.loads(sys.argv[1])
+argv = die_with_parent(argv) if sys.argv[2] == "guarded" else argv
+me = os.getpid()
+child = os.fork()
+if child == 0:
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)  # the pipe the pid goes back through must close when the parent exits
+    os.dup2(quiet, 2)
+    while os.getppid() == me:
+        time.sleep(0.01)
+    os.execv(argv[0], argv)
+print(child, flush=True)
+"""
+
+
+def _start_after_parent_died(argv: list[str], how: str) -> int:
+    """(pid of) ``argv`` started the way ``_ORPHANING_PARENT`` does; this process adopts it."""
+    parent = subprocess.run([sys.executable, "-c", _ORPHANING_PARENT, json.dumps(argv), how], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert parent.returncode == 0, parent.stderr
+    return int(parent.stdout)
+
+
+def test_a_child_whose_parent_died_before_it_started_does_not_run() -> None:
+    """The gap that bubblewrap's --die-with-parent (and setpriv's --pdeathsig) leave: a parent killed after it
+    started a child, before the child armed its death signal, would leave that child running for good (a
+    sandboxed kernel with no nbgrader, still there half an hour after the tests). die_with_parent's child
+    notices and exits; the control, the death signal alone, runs on."""
+    import shutil
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    adopt_orphans(True)
+    try:
+        guarded = _start_after_parent_died(sleeper, "guarded")
+        _, status = os.waitpid(guarded, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 125, status
+        if shutil.which("setpriv"):
+            control = _start_after_parent_died(["/usr/bin/env", "setpriv", "--pdeathsig", "KILL", "--", *sleeper], "bare")
+            time.sleep(1.0)
+            still_running = os.waitpid(control, os.WNOHANG) == (0, 0)
+            os.kill(control, signal.SIGKILL)
+            os.waitpid(control, 0)
+            assert still_running, "control: without the check the orphan runs on"
+    finally:
+        adopt_orphans(False)
+
+
 def run_sandboxed(script: str, settings: SandboxSettings, tmp_path: Path) -> subprocess.CompletedProcess:
     """``python -c script`` in the sandbox a kernel gets, without a kernel."""
     workdir, runtime_dir = tmp_path / "work", tmp_path / "run"
@@ -338,8 +395,10 @@ def test_hostile_submissions_are_contained(plant: Plant, tmp_path: Path) -> None
     subs = tmp_path / "subs"
     _hostile_batch(subs, plant)
     settings = SandboxSettings(memory_bytes=2 * 2**30, max_output_bytes=MAX_OUTPUT)
-    results = grade_submissions(subs, "lesson", plant.work, jobs=3, timeout=TIMEOUT, solutions=plant.solutions,
-                                sandbox=settings)
+    with processes_left_behind() as left:
+        results = grade_submissions(subs, "lesson", plant.work, jobs=3, timeout=TIMEOUT, solutions=plant.solutions,
+                                    sandbox=settings)
+    assert not left, f"processes of the batch outlived it: {left}"
     got = {r.student_id: r for r in results}
     course = CourseDir(plant.work / "nbgrader")
     assert all(r.status.startswith("graded") for r in results), [r.status for r in results]

@@ -12,6 +12,9 @@ Two proofs, cheap enough to grow with the course:
    answers are not implemented yet and quotes no hidden test). Every exercise must lose points there.
    The grade of a test is the notebook's result, which the re-check can only lower, so proof 1 covers
    the other packs; grading them all would cost the suite a minute a lesson and prove nothing more.
+   Lesson 00's batch also holds a partial notebook (some points, not all; feedback without hidden tests).
+   Lesson 01's batch is graded with the cheating corpus (test_cheating.py), whose batch holds the same
+   honest notebook: one grading of it serves both.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from autograder.kernel_polling import poll_shell_in_slices
 from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exercise_of, hint_problem, make_submission,
                                       packs, student_notebook, track_groups,
                                       group_siblings, groups_touched)
-from grading_support import feedback_text, hidden_lines, lesson_notebooks, put
+from grading_support import feedback_text, hidden_lines, lesson_notebooks, processes_left_behind, put
 
 ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling", "04_double_buffering",
                "05_matrix_units", "06_causal_masking", "07_backward_pass", "08_capstone",
@@ -151,23 +154,44 @@ def test_an_answer_that_is_not_wrong_is_reported(repo):
     assert _survivors(repo, "00_orientation", [harmless]) == [f"{harmless.student_id} (adds a comment)"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_grader_takes_points_from_a_pack(repo, tmp_path, assignment):
-    from autograder.grade.pipeline import grade_submissions
+# Lesson 01's pack is graded in the cheating corpus's batch (test_cheating.py), beside the same honest notebook,
+# which this batch would otherwise grade a second time; that test makes the same checks (check_pack_batch).
+GRADED_WITH_THE_CHEATING_CORPUS = "01_naive_attention"
+# Lesson 00's batch also holds a partial submission: the last exercise as handed out, the others solved.
+WITH_A_PARTIAL = "00_orientation"
 
+
+def _partial(source: nbformat.NotebookNode, handed_out: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``source`` with its last exercise as ``handed_out`` has it."""
+    solution_ids = [_grade_id(c) for c in source.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    stubbed = {_grade_id(c): c.source for c in handed_out.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    partial = nbformat.reads(nbformat.writes(source), as_version=4)
+    for c in partial.cells:
+        if _grade_id(c) == solution_ids[-1]:
+            c.source = stubbed[solution_ids[-1]]
+    return partial
+
+
+def write_pack_batch(repo: Path, assignment: str, submissions: Path) -> None:
+    """A lesson's batch: the first pack of its wrong corpus, the honest notebook and the student notebook as handed
+    out (``untouched``); lesson 00's also a ``partial`` one."""
     solution = _solution(repo, assignment)
-    submissions = tmp_path / "submissions"
-    dealt = packs(assignment)[:1]
-    for n, pack in enumerate(dealt):
+    for n, pack in enumerate(packs(assignment)[:1]):
         folder = submissions / f"pack-{n}"
         folder.mkdir(parents=True)
         nbformat.write(make_submission(solution, *pack), folder / f"{assignment}.ipynb")
     source, handed_out = lesson_notebooks(assignment)
     put(submissions / "honest" / f"{assignment}.ipynb", source)
     put(submissions / "untouched" / f"{assignment}.ipynb", handed_out)
+    if assignment == WITH_A_PARTIAL:
+        put(submissions / "partial" / f"{assignment}.ipynb", _partial(source, handed_out))
 
-    results = {r.student_id: r for r in grade_submissions(submissions, assignment, tmp_path / "work", jobs=2)}
+
+def check_pack_batch(repo: Path, assignment: str, results: dict) -> None:
+    """The honest notebook earns full marks, the untouched one nothing (with feedback that quotes no hidden test), a
+    partial one some but not all, and every exercise of a pack that holds a wrong answer loses points."""
+    solution = _solution(repo, assignment)
+    source, _ = lesson_notebooks(assignment)
     honest, untouched = results["honest"], results["untouched"]
     assert (honest.score, honest.status) == (honest.max_score, "graded") and honest.max_score > 0, honest
     assert all(points > 0 for points in honest.cells.values())
@@ -175,9 +199,15 @@ def test_grader_takes_points_from_a_pack(repo, tmp_path, assignment):
     text = feedback_text(untouched)
     assert "not implemented yet" in text
     assert not [line for line in hidden_lines(source) if line in text], "feedback quotes a hidden test"
+    if assignment == WITH_A_PARTIAL:
+        partial = results["partial"]
+        assert partial.status == "graded" and 0 < partial.score < honest.max_score, partial
+        text = feedback_text(partial)
+        assert "00.attention_flops" in text, "control: the feedback shows the visible tests"
+        assert not [line for line in hidden_lines(source) if line in text], "feedback quotes a hidden test"
 
     kept = []
-    for n, pack in enumerate(dealt):
+    for n, pack in enumerate(packs(assignment)[:1]):
         result = results[f"pack-{n}"]
         groups = track_groups(solution)
         wrong_cells: dict[str, list] = {}
@@ -197,3 +227,16 @@ def test_grader_takes_points_from_a_pack(repo, tmp_path, assignment):
             else:  # an exercise answered right keeps its points beside the wrong ones
                 assert own == {c: honest.cells[c] for c in own}, (f"pack-{n}", exercise, own)
     assert not kept, "wrong solutions that kept their points under nbgrader:\n" + "\n".join(kept)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", [a for a in ASSIGNMENTS if a != GRADED_WITH_THE_CHEATING_CORPUS])
+def test_grader_takes_points_from_a_pack(repo, tmp_path, assignment):
+    from autograder.grade.pipeline import grade_submissions
+
+    submissions = tmp_path / "submissions"
+    write_pack_batch(repo, assignment, submissions)
+    with processes_left_behind() as left:
+        results = {r.student_id: r for r in grade_submissions(submissions, assignment, tmp_path / "work", jobs=2)}
+    assert not left, f"processes of the batch outlived it: {left}"
+    check_pack_batch(repo, assignment, results)
