@@ -1,11 +1,12 @@
 """Compile a ``.cu`` or ``.metal`` file for the CPU SIMT runtime.
 
-The learner's text is compiled by g++ unchanged, with a few exceptions: Metal's kernel-scope
+The learner's text is compiled by the C++ compiler (g++, or clang++; see ``compiler``) unchanged, with
+the distribution's hardening turned off (``NEUTRAL_FLAGS``) and a few exceptions: Metal's kernel-scope
 ``threadgroup T x[N];`` declarations become ``thread_local`` (one copy per running block); each
 ``return;`` of a kernel's own body also tells the runtime its line (synccheck's divergent-barrier rule);
 and for each kernel a small entry point is generated after the source (``__simt_entry_<name>``) that
 the runtime calls once per thread. A ``#line`` directive keeps every diagnostic pointing at the
-learner's own file and line. Host code is refused before and after g++ runs (device_code.py).
+learner's own file and line. Host code is refused before and after the compiler runs (device_code.py).
 
 Two builds exist: *fast* (``-O2``) and *checked* (``-O1 -fsanitize=thread``), where every memory access
 of the kernel calls into the runtime's memcheck/racecheck. Builds are cached by a hash of everything

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import platform
 import shutil
 from pathlib import Path
@@ -55,7 +56,7 @@ def compiler_for(leg: str) -> str:
         path = cache_dir() / "compilers" / f"{leg.replace(' ', '-')}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(text)
             tmp.chmod(0o755)
             tmp.replace(path)
