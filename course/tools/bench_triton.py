@@ -3,11 +3,13 @@
     python -m course.tools.bench_triton              # the full grid on a GPU (several minutes, much of it compiling
                                         # and autotuning; not measured here: no GPU was available)
     python -m course.tools.bench_triton --quick      # a small subset
+    python -m course.tools.bench_triton --leaderboard  # B=1, H=16, N=16k, D=64, causal, bf16, fwd+bwd: 08 vs both SDPAs
     python -m course.tools.bench_triton --help       # every option
 
 On a CUDA GPU it times, for each dtype, head dim D, sequence length N, causal or not and mode
 (forward, or forward + backward), every lesson kernel that applies and
-``torch.nn.functional.scaled_dot_product_attention`` restricted to its flash backend, in one
+``torch.nn.functional.scaled_dot_product_attention`` restricted to its flash backend (the reference)
+and to its cuDNN backend (a second baseline, the fastest a PyTorch user can call on Hopper), in one
 process on the same inputs. Each kernel's output is first compared with SDPA's (max abs diff),
 then timed. The results go to a markdown table (``--out``) and a plot (``--plot``).
 
@@ -116,8 +118,13 @@ _FORWARD_ANY = frozenset({(FWD, False), (FWD, True)})
 _EVERYTHING = frozenset({(m, c) for m in MODES for c in (False, True)})
 
 SDPA = Kernel("sdpa", "SDPA (flash)", None, _EVERYTHING)
+# The second baseline: SDPA's cuDNN backend, the fastest attention a PyTorch user can call on a Hopper GPU.
+# SDPA (flash) stays the reference every output is compared with; cuDNN is compared with it like a lesson kernel.
+CUDNN = Kernel("cudnn", "SDPA (cuDNN)", None, _EVERYTHING)
+BASELINES = (SDPA.key, CUDNN.key)
 KERNELS: tuple[Kernel, ...] = (
     SDPA,
+    CUDNN,
     Kernel("03", "03 tiled", "03.tiled_triton", _FORWARD_PLAIN),
     Kernel("04", "04 pipelined", "04.double_buffer_triton", _FORWARD_PLAIN),
     Kernel("05", "05 tensor cores", "05.mma_triton", _FORWARD_PLAIN),
@@ -226,6 +233,14 @@ def ratios(measurements: Sequence[Measurement], m: Measurement) -> tuple[float |
     return vs_sdpa, vs_prev
 
 
+def vs_cudnn(measurements: Sequence[Measurement], m: Measurement) -> float | None:
+    """Speed against SDPA's cuDNN backend on the same shape (>1 is faster); None where either did not run."""
+    if not m.ok or m.kernel in BASELINES:
+        return None
+    cudnn = next((x for x in measurements if x.shape == m.shape and x.kernel == CUDNN.key), None)
+    return cudnn.ms / m.ms if (cudnn is not None and cudnn.ok) else None
+
+
 def disagrees(max_abs: float, rel_rms: float, dtype: str) -> bool:
     """True when a kernel's output is too far from SDPA's to be rounding (or is not finite)."""
     if not (math.isfinite(max_abs) and math.isfinite(rel_rms)):
@@ -282,8 +297,10 @@ def _status_cell(m: Measurement) -> str:
             "skipped": "skipped"}.get(m.status, "error")
 
 
-def row_cells(measurements: Sequence[Measurement], m: Measurement, peak: float | None) -> list[str]:
-    """The table row of one measurement: N, B×H, kernel, ms, TFLOP/s, [% peak], vs SDPA, vs previous, diff."""
+def row_cells(measurements: Sequence[Measurement], m: Measurement, peak: float | None,
+              with_cudnn: bool = False) -> list[str]:
+    """The table row of one measurement: N, B×H, kernel, ms, TFLOP/s, [% peak], vs SDPA, [vs cuDNN], vs previous,
+    diff."""
     kernel = _BY_KEY[m.kernel]
     cells = [size_text(m.shape.n), f"{m.shape.batch}×{m.shape.heads}", kernel.label]
     if m.ok:
@@ -294,9 +311,12 @@ def row_cells(measurements: Sequence[Measurement], m: Measurement, peak: float |
             cells.append(f"{100 * tf / peak:.1f}%")
         prev = previous_lesson(measurements, m)
         prev_text = _fmt_ratio(vs_prev) + (f" (vs {prev.kernel})" if vs_prev is not None else "")
-        cells += ["1.00×" if m.kernel == SDPA.key else _fmt_ratio(vs_sdpa), prev_text]
+        cells.append("1.00×" if m.kernel == SDPA.key else _fmt_ratio(vs_sdpa))
+        if with_cudnn:
+            cells.append("1.00×" if m.kernel == CUDNN.key else _fmt_ratio(vs_cudnn(measurements, m)))
+        cells.append(prev_text)
     else:
-        cells += [_status_cell(m), "—"] + (["—"] if peak else []) + ["—", "—"]
+        cells += [_status_cell(m), "—"] + (["—"] if peak else []) + ["—"] * (3 if with_cudnn else 2)
     cells.append(_fmt_diff(m))
     return cells
 
@@ -358,7 +378,9 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         "## Method",
         "",
         "- Every kernel runs in one process on the same inputs as `torch.nn.functional.scaled_dot_product_attention` "
-        "under `sdpa_kernel(SDPBackend.FLASH_ATTENTION)` (SDPA runs first on each shape).",
+        "under `sdpa_kernel(SDPBackend.FLASH_ATTENTION)` (SDPA runs first on each shape). Where the table has a "
+        "`vs cuDNN` column, SDPA under `SDPBackend.CUDNN_ATTENTION` ran too, as a second baseline "
+        "(unsupported: its backend refused the input).",
         "- Before timing, each kernel's outputs (O; for forward + backward also dQ, dK, dV) are compared with SDPA's: "
         "the column gives the max abs difference (and which output, when not O); ⚠ marks a relative RMS difference above "
         + ", ".join(f"{v:g} ({k})" for k, v in DIFF_TOLERANCE.items() if k in {m.shape.dtype for m in measurements})
@@ -384,12 +406,13 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         lines.append(f"- {note}")
     if info.plot:
         lines += ["", f"![TFLOP/s against N for every kernel]({info.plot})"]
+    with_cudnn = any(m.kernel == CUDNN.key for m in measurements)
     for group, members in _groups(measurements).items():
         peak = peak_tflops(info.device, group[0])
         header = ["N", "B×H", "kernel", "ms", "TFLOP/s"] + (["% of peak"] if peak else []) + \
-                 ["vs SDPA", "vs previous", "max abs diff vs SDPA"]
+                 ["vs SDPA"] + (["vs cuDNN"] if with_cudnn else []) + ["vs previous", "max abs diff vs SDPA"]
         lines += ["", f"## {group_title(group)}", ""]
-        lines += _table(header, [row_cells(measurements, m, peak) for m in members])
+        lines += _table(header, [row_cells(measurements, m, peak, with_cudnn) for m in members])
     errors = [m for m in measurements if m.status not in ("ok", "skipped") and m.detail]
     if errors:
         lines += ["", "## Errors", ""]
@@ -407,7 +430,10 @@ def console_line(measurements: Sequence[Measurement], m: Measurement, peak: floa
     if peak:
         parts.append(f"{100 * m.tflops / peak:5.1f}% peak")
     if m.kernel != SDPA.key:
-        parts += [f"{_fmt_ratio(vs_sdpa)} SDPA", f"{_fmt_ratio(vs_prev)} prev"]
+        parts.append(f"{_fmt_ratio(vs_sdpa)} SDPA")
+        if m.kernel != CUDNN.key and vs_cudnn(measurements, m) is not None:
+            parts.append(f"{_fmt_ratio(vs_cudnn(measurements, m))} cuDNN")
+        parts.append(f"{_fmt_ratio(vs_prev)} prev")
         if m.max_abs_diff is not None:
             parts.append(f"max|Δ| {m.max_abs_diff:.1e} rel {m.rel_rms_diff:.1e}" + (" ⚠ DISAGREES" if m.flagged else ""))
     return f"{head} " + "  ".join(parts)
@@ -431,7 +457,7 @@ def write_plot(measurements: Sequence[Measurement], path: Path, device: str = ""
             points = sorted((m.shape.n, m.tflops) for m in members if m.kernel == kernel.key and m.ok)
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[kernel.key],
-                        linestyle="--" if kernel.key == SDPA.key else "-", label=kernel.label)
+                        linestyle="--" if kernel.key in BASELINES else "-", label=kernel.label)
         ns = sorted({m.shape.n for m in members})
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [size_text(n) for n in ns])
@@ -465,7 +491,7 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
         return "OOM", short
     if type(exc).__name__ == "OutOfResources":
         return "out of resources", short
-    if "no available kernel" in text.lower():
+    if "no available kernel" in text.lower() or "no viable backend" in text.lower():
         return "unsupported", short
     return "error", f"{type(exc).__name__}: {short}"
 
@@ -481,13 +507,15 @@ def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     return lambda q, k, v, causal: fn(q, k, v, causal=causal)
 
 
-def _sdpa() -> Callable[..., Any]:
+def _sdpa(backend: str = "FLASH_ATTENTION") -> Callable[..., Any]:
+    """SDPA restricted to one backend: FLASH_ATTENTION (the reference) or CUDNN_ATTENTION."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
+    chosen = getattr(SDPBackend, backend)
 
     def run(q, k, v, causal):
         # Nq = Nk here, so SDPA's top-left causal mask is the course's bottom-right one.
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(chosen):
             return scaled_dot_product_attention(q, k, v, is_causal=causal)
     return run
 
@@ -590,7 +618,8 @@ def load_runners(kernels: Sequence[Kernel], log: Callable[[str], None] = print
     runners: dict[str, Callable[..., Any] | BaseException] = {}
     for kernel in kernels:
         try:
-            runners[kernel.key] = _sdpa() if kernel.key == SDPA.key else _load_lesson(kernel)
+            runners[kernel.key] = (_sdpa() if kernel.key == SDPA.key else _sdpa("CUDNN_ATTENTION")
+                                   if kernel.key == CUDNN.key else _load_lesson(kernel))
         except Exception as exc:  # its cells will say so, and the exit status will be 1
             runners[kernel.key] = exc
             log(f"{kernel.label}: could not be loaded: {type(exc).__name__}: {exc}")
@@ -816,8 +845,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both",
                         help="causal masking: both (default), yes (causal only), no (non-causal only)")
     parser.add_argument("--kernels", type=_list(_kernel_key), default=None, metavar="LIST",
-                        help="lesson kernels to time among 03,04,05,06,08 (default all; SDPA always runs: it is "
-                             "the reference and the baseline)")
+                        help="kernels to time among cudnn,03,04,05,06,08 (default all; SDPA's flash backend always "
+                             "runs: it is the reference and the baseline)")
+    parser.add_argument("--no-cudnn", action="store_true",
+                        help="leave out the second baseline, SDPA's cuDNN backend")
+    parser.add_argument("--leaderboard", action="store_true",
+                        help=f"only the leaderboard shape: B=1, H={LEADERBOARD['heads']}, "
+                             f"N={size_text(LEADERBOARD['n'])}, D={LEADERBOARD['d']}, causal, "
+                             f"{LEADERBOARD['dtype']}, forward + backward, lesson 08 against both baselines")
     parser.add_argument("--reps", type=_positive, default=None, metavar="N",
                         help=f"at least N timed runs per measurement (default {DEFAULT_REPS}, --quick 10); runs "
                              f"continue until {MIN_TOTAL_MS:g} ms in total, up to {MAX_REPS}")
@@ -836,8 +871,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
+    if args.leaderboard:
+        return leaderboard_plan(args.reps, cudnn=not args.no_cudnn)
     quick = args.quick
     keys = set(args.kernels or [k.key for k in KERNELS])
+    if args.no_cudnn:
+        keys.discard(CUDNN.key)
     return Plan(
         dtypes=args.dtypes or list(QUICK_DTYPES if quick else DEFAULT_DTYPES),
         head_dims=args.head_dims or list(QUICK_HEAD_DIMS if quick else DEFAULT_HEAD_DIMS),
@@ -848,6 +887,18 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         tokens=args.tokens, heads=args.heads,
         min_reps=args.reps or (10 if quick else DEFAULT_REPS),
     )
+
+
+# A well-known course leaderboard's shape: one sequence of 16k tokens, 16 heads of 64, causal, bf16, forward and
+# backward together.
+LEADERBOARD = {"n": 16384, "heads": 16, "d": 64, "dtype": "bf16"}
+
+
+def leaderboard_plan(reps: int | None = None, cudnn: bool = True) -> Plan:
+    keys = {SDPA.key, "08"} | ({CUDNN.key} if cudnn else set())
+    return Plan(dtypes=[LEADERBOARD["dtype"]], head_dims=[LEADERBOARD["d"]], seq_lens=[LEADERBOARD["n"]],
+                modes=[FWD_BWD], causal=[True], kernels=[k for k in KERNELS if k.key in keys],
+                tokens=LEADERBOARD["n"], heads=LEADERBOARD["heads"], min_reps=reps or DEFAULT_REPS)
 
 
 def _versions() -> tuple[str, str]:
@@ -890,6 +941,9 @@ def main(argv: list[str] | None = None) -> int:
                    tokens=plan.tokens, heads=plan.heads, min_reps=plan.min_reps)
     if args.quick:
         info.notes.append("A --quick run: a subset of the grid.")
+    if args.leaderboard:
+        info.notes.append("A --leaderboard run: only the leaderboard shape (B=1, H=16, N=16k, D=64, causal, bf16, "
+                          "forward + backward).")
     if interrupted:
         info.notes.append("The run was interrupted: the tables are incomplete.")
     info.notes.append(f"The whole run took {time.perf_counter() - started:.0f} s.")

@@ -65,6 +65,23 @@ def test_plan_from_arguments():
     assert bench.parse_size("16k") == 16384 and bench.parse_size("512") == 512 and bench.size_text(8192) == "8k"
 
 
+def test_cudnn_baseline_and_leaderboard_plan():
+    plan = bench.plan_from_args(bench.build_parser().parse_args([]))
+    assert [k.key for k in plan.kernels][:2] == ["sdpa", "cudnn"]
+    assert "cudnn" not in [k.key for k in bench.plan_from_args(bench.build_parser().parse_args(["--no-cudnn"])).kernels]
+    board = bench.plan_from_args(bench.build_parser().parse_args(["--leaderboard"]))
+    (shape,) = list(board.shapes())
+    assert (shape.batch, shape.heads, shape.n, shape.d, shape.dtype) == (1, 16, 16384, 64, "bf16")
+    assert shape.causal and shape.mode == FWD_BWD and [k.key for k in board.kernels] == ["sdpa", "cudnn", "08"]
+    # Ratios against cuDNN: its time over the kernel's; nothing for the baselines themselves.
+    s = _shape()
+    results = [Measurement(s, "sdpa", ms=2.0), Measurement(s, "cudnn", ms=1.0), Measurement(s, "08", ms=1.25)]
+    assert bench.vs_cudnn(results, results[2]) == pytest.approx(0.8)
+    assert bench.vs_cudnn(results, results[0]) is None and bench.vs_cudnn(results, results[1]) is None
+    md = bench.render_markdown(results, RunInfo(device=H100, torch_version="t", triton_version="t"))
+    assert _row(md, "4k", "08 flash_attention")[6:9] == ["1.60×", "0.80×", "—"]
+
+
 def test_flop_formulas():
     assert bench.forward_flops(2, 16, 1024, 1024, 64) == 4 * 2 * 16 * 1024 * 1024 * 64
     assert bench.forward_flops(2, 16, 1024, 1024, 64, causal=True) == 2 * 2 * 16 * 1024 * 1024 * 64
@@ -253,7 +270,7 @@ def test_grid_with_fake_kernels_reports_oom_and_disagreement(tmp_path):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
         return _math_attention(q, k, v, causal)
 
-    runners = {"sdpa": _math_attention, "03": _math_attention, "04": oom_at_64,
+    runners = {"sdpa": _math_attention, "cudnn": _math_attention, "03": _math_attention, "04": oom_at_64,
                "05": lambda q, k, v, causal: _math_attention(q, k, v, causal) * 1.5,
                "06": _math_attention, "08": ImportError("kernels/triton/08_flash_attention.py is broken")}
     plan = bench.Plan(dtypes=["fp32"], head_dims=[16], seq_lens=[32, 64], modes=[FWD, FWD_BWD], causal=[False, True],
@@ -262,10 +279,10 @@ def test_grid_with_fake_kernels_reports_oom_and_disagreement(tmp_path):
     lines: list[str] = []
     bench.run_gpu(plan, results, backend=_cpu_backend(), runners=runners, log=lines.append)
     got = {(m.shape.n, m.shape.mode, m.shape.causal, m.kernel): m for m in results}
-    # Which kernels run where: 03-05 forward non-causal, 06 forward, 08 and SDPA everywhere.
-    assert len(results) == 2 * (6 + 3 + 2 + 2)
-    assert {k for (n, mode, causal, k) in got if mode == FWD_BWD} == {"sdpa", "08"}
-    assert {k for (n, mode, causal, k) in got if causal and mode == FWD} == {"sdpa", "06", "08"}
+    # Which kernels run where: 03-05 forward non-causal, 06 forward, 08 and both baselines everywhere.
+    assert len(results) == 2 * (7 + 4 + 3 + 3)
+    assert {k for (n, mode, causal, k) in got if mode == FWD_BWD} == {"sdpa", "cudnn", "08"}
+    assert {k for (n, mode, causal, k) in got if causal and mode == FWD} == {"sdpa", "cudnn", "06", "08"}
     assert got[32, FWD, False, "03"].ok and not got[32, FWD, False, "03"].flagged
     assert got[32, FWD, False, "03"].max_abs_diff == 0.0 and got[32, FWD, False, "03"].reps >= 2
     assert got[64, FWD, False, "04"].status == "OOM" and got[32, FWD, False, "04"].ok
@@ -274,7 +291,9 @@ def test_grid_with_fake_kernels_reports_oom_and_disagreement(tmp_path):
     assert got[32, FWD, True, "08"].status == "error" and "ImportError" in got[32, FWD, True, "08"].detail
     assert len(lines) == len(results) and any("DISAGREES" in line for line in lines)
     md = bench.render_markdown(results, RunInfo(device="CPU stand-in", torch_version="t", triton_version="t"))
-    assert _row(md, "64", "04 pipelined")[3] == "OOM"
+    assert "| vs SDPA | vs cuDNN | vs previous |" in md
+    assert _row(md, "64", "04 pipelined")[3] == "OOM" and _row(md, "64", "04 pipelined")[4:] == ["—"] * 5
+    assert _row(md, "32", "SDPA (cuDNN)")[6] == "1.00×"
     assert _row(md, "32", "05 tensor cores")[-1].endswith("⚠")
     png = tmp_path / "plot.png"
     assert bench.write_plot(results, png, "CPU stand-in") and png.stat().st_size > 1000
@@ -286,8 +305,11 @@ def test_grid_runs_the_real_kernels_on_the_interpreter():
                       kernels=list(bench.KERNELS), tokens=32, heads=2, min_reps=1)
     results: list[Measurement] = []
     bench.run_gpu(plan, results, backend=_cpu_backend(), log=lambda line: None)
-    assert len(results) == 6 + 3 + 2 + 2
-    for m in results:
+    assert len(results) == 7 + 4 + 3 + 3
+    # cuDNN's backend exists on CUDA only: on the CPU it is refused, and the table says so rather than failing.
+    cudnn = [m for m in results if m.kernel == "cudnn"]
+    assert cudnn and all(m.status == "unsupported" for m in cudnn), [(m.status, m.detail) for m in cudnn]
+    for m in (m for m in results if m.kernel != "cudnn"):
         assert m.ok, (m.shape.describe(), m.kernel, m.status, m.detail)
         if m.kernel != "sdpa":
             assert m.max_abs_diff is not None and not m.flagged, (m.shape.describe(), m.kernel, m.max_abs_diff)
