@@ -9,6 +9,19 @@ to fix it. Rungs go from a question that points at the idea to the line that doe
 can stop climbing as soon as they can go on alone. ``reveal`` shows the solution region of the
 kernel file (kernel exercises) or the solution cell of the instructor notebook (Python exercises),
 read from the repository, never from the folder the learner's lab serves.
+
+Hints are tested like answers (tests/course/test_hint_ladder.py). Code in a rung is marked, so the
+tests can find it: inline code in backticks, and a block the learner can type as lines indented by
+four spaces below the rung's sentence. Formulas (m' = max(m, rowmax S)) stay unmarked, as maths.
+
+- Marked code names only what the learner has (the stub, the notebook's earlier names, the kernel
+  file) or writes (names the ladder's own code assigns); language words are allowed.
+- The code blocks of a ladder, typed in order in place of the stub (a notebook cell's
+  ``raise NotImplementedError()``; in a kernel file, its solution regions, one block a region in file
+  order), are an answer: at the last rung with a block the exercise's check passes, and at every
+  earlier one the answer still builds.
+- Text outside the marks holds no code (a dotted call, a keyword argument, a subscript): whatever
+  a learner may type exactly is marked, and so tested.
 """
 from __future__ import annotations
 
@@ -19,7 +32,7 @@ from dataclasses import dataclass
 from course.errors import CourseError
 from course.paths import REPO, SOLUTIONS
 
-__all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text"]
+__all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text", "code_spans", "code_blocks", "prose_of"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,26 @@ class Ladder:
 
 def _ladder(exercise: str, *rungs: str, cell: str = "") -> Ladder:
     return Ladder(exercise, rungs, cell)
+
+
+_BLOCK = re.compile(r"(?:^|\n)((?: {4}.*(?:\n|$))+)")
+_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def code_blocks(rung: str) -> list[str]:
+    """The blocks of code in ``rung`` (runs of lines indented by four spaces), dedented."""
+    import textwrap
+    return [textwrap.dedent(block).rstrip("\n") for block in _BLOCK.findall(rung)]
+
+
+def code_spans(rung: str) -> list[str]:
+    """The inline code of ``rung`` (text in backticks), outside its blocks."""
+    return _SPAN.findall(_BLOCK.sub("\n", rung))
+
+
+def prose_of(rung: str) -> str:
+    """``rung`` without its marked code."""
+    return _SPAN.sub(" ", _BLOCK.sub("\n", rung))
 
 
 _TWO_PASS = (
@@ -85,12 +118,15 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("00.flash_intensity",
             "Intensity is FLOPs divided by bytes. You have the FLOPs already; which tensors must a fused kernel move?",
             "A fused kernel reads Q, K and V once and writes O once: four N × D tensors.",
-            "bytes = 4·N·D·bytes_per_element; intensity = attention_flops(N, N, D) / bytes.",
+            "Bytes over four N × D tensors, then FLOPs over bytes:\n"
+            "    moved = 4 * n * d * bytes_per_element\n"
+            "    return attention_flops(n, n, d) / moved",
             cell="00_orientation/flash_intensity"),
     _ladder("01.attention_torch",
             "Follow the formula: scores, softmax over each row, then the weighted sum of V.",
-            "s = (q @ k.transpose(-1, -2)) * scale, with scale = 1/sqrt(D) when none is given.",
-            "Subtract each row's max before exp (s.amax(dim=-1, keepdim=True)), divide by the row sum, then multiply by v.",
+            "`s = (q @ k.transpose(-1, -2)) * scale`, with scale = 1/sqrt(D) when none is given.",
+            "Subtract each row's max before exp (`s.amax(dim=-1, keepdim=True)`), divide by the row sum, then multiply "
+            "by v.",
             cell="01_naive_attention/attention_torch"),
     _ladder("01.naive_bytes_read",
             "Count per program (one query row), then multiply by the number of programs.",
@@ -98,13 +134,13 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "Per program: D + 2·Nk·D (K twice) + Nk·D (V once) elements; times N programs; times the element size.",
             cell="01_naive_attention/naive_bytes_read"),
     _ladder("01.naive_triton", *_TWO_PASS,
-            "In Triton a block of keys is one tile: k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], mask=...), "
-            "scores = tl.sum(q[None, :] * k, axis=1) * scale; mask keys past n_keys with -inf."),
+            "In Triton a block of keys is one tile: `k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], "
+            "mask=...)`, `scores = tl.sum(q[None, :] * k, axis=1) * scale`; mask keys past `n_keys` with -inf."),
     _ladder("01.naive_cuda", *_TWO_PASS,
             "In CUDA C each thread loops over keys with a plain for loop; acc is a float array of MAX_HEAD_DIM in the "
             "thread. Keep the `if (row >= n_q) return;` guard first."),
     _ladder("01.naive_metal", *_TWO_PASS,
-            "In Metal the thread's row is the [[thread_position_in_grid]] parameter; use exp and max (Metal's names), "
+            "In Metal the thread's row is the `[[thread_position_in_grid]]` parameter; use exp and max (Metal's names), "
             "and return early for rows past n_q."),
     _ladder("02.softmax_bytes",
             "Each pass reads the whole matrix once; the result is written once at the end. How many passes does each "
@@ -116,17 +152,17 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "A state (m, l) stands for l·exp(m). Merging two must stand for the sum of the two numbers.",
             "Write both against the larger max m = max(m_a, m_b): l = l_a·exp(m_a - m) + l_b·exp(m_b - m).",
             "Two empty states have m = -inf; exp(-inf - (-inf)) is NaN. Subtract 0 instead of m when m is -inf "
-            "(torch.where), so l stays 0.",
+            "(`torch.where`), so l stays 0.",
             cell="02_online_softmax/merge_torch"),
     _ladder("02.online_softmax_merge_triton",
-            "It is the merge you wrote in PyTorch, with tl.maximum, tl.where and tl.exp.",
-            "m = tl.maximum(m_a, m_b); m_safe = tl.where(m == float('-inf'), 0.0, m).",
-            "l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)."),
+            "It is the merge you wrote in PyTorch, with `tl.maximum`, `tl.where` and `tl.exp`.",
+            "`m = tl.maximum(m_a, m_b)`; `m_safe = tl.where(m == float('-inf'), 0.0, m)`.",
+            "`l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)`."),
     _ladder("02.online_softmax_triton",
             "stream_state reads BLOCK columns at a time; each block is one online update of (m, l).",
             "Pad the tail of the row with -inf, not 0: exp(-inf) = 0 adds nothing to l.",
-            "Per block: m_new = max(m, tl.max(x)); l = l·exp(m - m_new) + tl.sum(tl.exp(x - m_new)); m = m_new. "
-            "The second pass writes exp(x - m) / l."),
+            "Per block: `m_new = tl.maximum(m, tl.max(x))`; `l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new))`; "
+            "`m = m_new`. The second pass writes exp(x - m) / l."),
     _ladder("02.online_softmax_attention_triton", *_ONE_PASS),
     _ladder("02.online_softmax_cuda", *_ONE_PASS,
             "In the warp kernel each chunk of 32 keys is one online step: the chunk's max and sum come from the "
@@ -135,11 +171,13 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("03.tiled_torch",
             "Two loops: over Q tiles of block_m rows (outside), over K/V tiles of block_n keys (inside). What must a "
             "Q tile carry from one K/V tile to the next?",
-            "Per Q tile: m (block_m,) at -inf, l (block_m,) at 0, acc (block_m, D) at 0. Per K/V tile: s = q_i @ k_j.T "
-            "* scale, a (block_m, block_n) score tile, and lesson 02's online update row by row.",
-            "m_new = max(m, s.amax(1)); a = exp(m - m_new); p = exp(s - m_new[:, None]); l = l·a + p.sum(1); "
-            "acc = acc·a[:, None] + p @ v_j; m = m_new. After the last K/V tile: O_i = acc / l[:, None], "
-            "LSE_i = m + log(l).",
+            "Per Q tile (`for i in range(0, n_q, block_m):`, `q_i = q[i:i + block_m]`): m (block_m,) at -inf, l "
+            "(block_m,) at 0, acc (block_m, D) at 0. Per K/V tile (`for j in range(0, n_k, block_n):`, "
+            "`k_j, v_j = k[j:j + block_n], v[j:j + block_n]`): `s = q_i @ k_j.T * scale`, a (block_m, block_n) score "
+            "tile, and lesson 02's online update row by row.",
+            "`m_new = torch.maximum(m, s.amax(1))`; `a = torch.exp(m - m_new)`; `p = torch.exp(s - m_new[:, None])`; "
+            "`l = l * a + p.sum(1)`; `acc = acc * a[:, None] + p @ v_j`; `m = m_new`. After the last K/V tile: O_i = acc "
+            "/ l, row by row, and LSE_i = m + log(l).",
             cell="03_tiling/tiled_torch"),
     _ladder("03.tiled_bytes",
             "Count per program (one Q tile of BLOCK_M rows), then multiply by the number of programs. How many "
@@ -165,13 +203,13 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "The degree is the largest of those counts; it equals gcd(row_floats + pad_floats, 32).",
             cell="04_double_buffering/bank_ways"),
     _ladder("04.double_buffer_triton", *_TILED[:1],
-            "Write the loop with tl.range over the K/V tiles: the compiler pipelines it num_stages deep. Load the "
-            "tiles with k_desc.load([start_n, 0]) and v_desc.load([start_n, 0]).",
-            "The descriptor pads missing keys with zeros, which would score 0: set scores of keys past N_CTX_K to "
-            "-inf. The softmax is in base 2 here (tl.exp2, the scale already holds log2 e)."),
+            "Write the loop with `tl.range` over the K/V tiles: the compiler pipelines it num_stages deep. Load the "
+            "tiles with `k_desc.load([start_n, 0])` and `v_desc.load([start_n, 0])`.",
+            "The descriptor pads missing keys with zeros, which would score 0: set scores of keys past `N_CTX_K` to "
+            "-inf. The softmax is in base 2 here (`tl.exp2`, the scale already holds log2 e)."),
     _ladder("04.double_buffer_cuda", *_PING_PONG,
-            "CUDA C: load_tile(...) the next tile into buffer (t + 1) % 2 at the top of step t, compute on buffer "
-            "t % 2, then one __syncthreads() at the end of the step."),
+            "CUDA C: `load_tile` the next tile into buffer (t + 1) % 2 at the top of step t, compute on buffer "
+            "t % 2, then one `__syncthreads()` at the end of the step."),
     _ladder("04.double_buffer_metal", *_PING_PONG,
             "Metal: threadgroup_barrier(mem_flags::mem_threadgroup) at the top of each step, then the copy of tile "
             "t + 1 into buffer (t + 1) % 2, then the compute on buffer t % 2."),
@@ -183,28 +221,32 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "the map for every cell before you check it.",
             cell="05_matrix_units/fragment_lane"),
     _ladder("05.mma_triton",
-            "Keep the Q, K and V tiles in their 16-bit dtype: tl.dot runs on the tensor cores only when its inputs are "
-            "fp16/bf16.",
-            "s = tl.dot(q, tl.trans(k)) accumulates in fp32; p is fp32 too: cast it with p.to(v.dtype) right before "
-            "tl.dot(p, v, acc).",
-            "acc = acc * alpha[:, None] is fine here: Triton knows which row each register of acc holds, so no "
+            "Keep the Q, K and V tiles in their 16-bit dtype: `tl.dot` runs on the tensor cores only when its inputs "
+            "are fp16/bf16.",
+            "`s = tl.dot(q, tl.trans(k))` accumulates in fp32; p is fp32 too: cast it with `p.to(v.dtype)` right before "
+            "`tl.dot(p, v, acc)`.",
+            "`acc = acc * alpha[:, None]` is fine here: Triton knows which row each register of acc holds, so no "
             "spill is needed."),
     _ladder("05.mma_cuda", *_SPILL,
-            "CUDA C: store_matrix_sync each O fragment to the warp's O strip (mem_row_major), __syncwarp(), lanes "
-            "2r and 2r + 1 scale row r by alpha_r, __syncwarp(), load_matrix_sync it back."),
+            "CUDA C: `store_matrix_sync` each O fragment to the warp's O strip (`mem_row_major`), `__syncwarp()`, lanes "
+            "2r and 2r + 1 scale row r by alpha_r, `__syncwarp()`, `load_matrix_sync` it back."),
     _ladder("05.mma_metal", *_SPILL,
             "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
             "it by correction_r, simdgroup_barrier, simdgroup_load it back."),
     _ladder("06.causal_mask",
             "Query i sees key j when j <= i + offset. What is the offset of each alignment?",
             "Bottom-right: offset = Nk − Nq (the last query sees every key). Top-left: offset = 0.",
-            "i = torch.arange(n_q)[:, None]; j = torch.arange(n_k)[None, :]; return j <= i + offset.",
+            "Rows against columns, by broadcasting:\n"
+            "    offset = 0 if top_left else n_k - n_q\n"
+            "    i = torch.arange(n_q)[:, None]\n"
+            "    j = torch.arange(n_k)[None, :]\n"
+            "    return j <= i + offset",
             cell="06_causal_masking/causal_mask"),
     _ladder("06.causal_torch",
             "Lesson 01's attention with the masked scores set to -inf before the softmax. What happens to a row that "
             "sees no key?",
             "Its scores are all -inf: logsumexp gives -inf, and exp(s - lse) is exp(-inf + inf) = NaN.",
-            "Subtract 0 instead of the LSE where the LSE is -inf (torch.where): P is 0 there, O = P @ V = 0, and the "
+            "Subtract 0 instead of the LSE where the LSE is -inf (`torch.where`): P is 0 there, O = P @ V = 0, and the "
             "LSE stays -inf.",
             cell="06_causal_masking/causal_torch"),
     _ladder("06.tile_counts",
@@ -233,7 +275,7 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "P come from when the forward kept only O and the LSE?",
             "P = exp(scale · Q Kᵀ − LSE), masked entries 0: no max and no row sum, the LSE already is the normaliser. "
             "Δ_i = Σ_d dO_id · O_id, from the O you are given.",
-            "A row with LSE = −inf sees no key: subtract +inf there (torch.where) so its P is 0, not NaN. Then "
+            "A row with LSE = −inf sees no key: subtract +inf there (`torch.where`) so its P is 0, not NaN. Then "
             "dQ = scale · dS K and dK = scale · dSᵀ Q.",
             cell="07_backward_pass/backward_torch"),
     _ladder("07.backward_flops",
@@ -246,19 +288,21 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "Two floats can be equal as numbers and differ as bits, and the other way round. Which two values are the "
             "examples?",
             "-0.0 == 0.0 but their bits differ; NaN != NaN although its bits are the same. Compare the bit patterns: "
-            "t.view(torch.int32).",
+            "`[run.view(torch.int32) for run in runs]`.",
             "Stack the runs' bit patterns, compare each run with the first, and count the elements that differ in any "
-            "run: (bits != bits[0]).any(dim=0).sum().",
+            "run:\n"
+            "    bits = torch.stack([run.view(torch.int32) for run in runs])\n"
+            "    return int((bits != bits[0]).any(dim=0).sum())",
             cell="07_backward_pass/differing_elements"),
     _ladder("07.backward_atomic_triton", *_BACKWARD,
-            "The dQ share of this program for the query block is scale · dS K: add it with tl.atomic_add into a float32 "
-            "dQ zeroed before the launch (mask the padded rows)."),
+            "The dQ share of this program for the query block is scale · dS K: add it with `tl.atomic_add` into a "
+            "float32 dQ zeroed before the launch (mask the padded rows)."),
     _ladder("07.backward_split_triton", *_BACKWARD,
             "dq_kernel: one program per query block loops over the key blocks it sees (stop at the last key its last "
             "row sees), recomputes S, P and dP, and sums dS K in registers; no atomics."),
     _ladder("07.backward_atomic_cuda", *_BACKWARD,
-            "In CUDA C: after __syncthreads() (the dS tile is complete) each thread adds its rows' share of dS K · scale "
-            "into dq with atomicAdd; a plain += from two blocks loses one of the updates."),
+            "In CUDA C: after `__syncthreads()` (the dS tile is complete) each thread adds its rows' share of dS K · "
+            "scale into `dq` with `atomicAdd`; a plain += from two blocks loses one of the updates."),
     _ladder("07.backward_split_cuda", *_BACKWARD,
             "In CUDA C: backward_dq loads its Q, dO, LSE and Δ once, loops over K/V tiles with __syncthreads() before "
             "and after each copy, and writes its dQ rows with plain stores at the end."),
@@ -271,27 +315,48 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
     _ladder("08.flash_attention_triton",
             "forward(ctx, q, k, v, causal, scale, deterministic) runs lesson 06's forward; what must it keep for "
             "backward, and what must it not keep?",
-            "o, lse = _forward.causal_attention_forward(q, k, v, causal, scale); ctx.save_for_backward(q, k, v, o, lse); "
-            "keep causal, scale and the dq_mode (\"split\" when deterministic) on ctx. Never P.",
-            "backward(ctx, do): expand K and V over the query heads (repeat_interleave by H // H_kv on dim 1), call "
-            "_backward.attention_backward_bhnd, sum dK and dV over each group (view as (B, H_kv, group, N, D), "
-            ".sum(dim=2)), and return dq, dk, dv, None, None, None."),
+            "`o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)`; "
+            "`ctx.save_for_backward(q, k, v, o, lse)`; keep causal, scale and the dq_mode (\"split\" when "
+            "deterministic) on ctx. Never P.",
+            "backward(ctx, do): restore what forward saved (`q, k, v, o, lse = ctx.saved_tensors`), expand K and V "
+            "over the query heads (`t.repeat_interleave(group, dim=1)`, group = "
+            "H / H_kv), call `_backward.attention_backward_bhnd`, sum dK and dV over each group (view as (B, H_kv, "
+            "group, N, D) and sum over dim 2), and return dq, dk, dv, None, None, None."),
     _ladder("08.training",
             "The training run uses your flash_attention as it is: if the operator check passes, this one should too. "
             "Which step's loss differs first?",
             "Step 0 differs: the forward is wrong for this model (causal, 4 query heads over 2 K/V heads). A later step: "
             "a gradient is wrong.",
-            "Check the backward's causal flag and scale (ctx.causal, ctx.scale), and that dK and dV are summed over "
+            "Check the backward's causal flag and scale (`ctx.causal`, `ctx.scale`), and that dK and dV are summed over "
             "each group of query heads, not taken from one of them.",
             cell="08_capstone/flash_attention_triton"),
     _ladder("09.one_core_tt",
             "Follow the formulas above in order: first the new maximum, then what depends on it. Which values need "
             "the old m, and which the new one?",
-            "m_new = max(m_old, rowmax(S)) with ttl.math.max and ttl.math.reduce_max(s, dims=[-1], shape=(1, 1)); "
-            "alpha = exp(m_old - m_new); P = exp(S - m_new broadcast across the columns). Store each into its buffer.",
-            "In a second step wait on p_buf and alpha_buf: l_new = alpha * l_old + reduce_sum(P), and "
-            "acc_new = acc_old * broadcast(alpha, dims=[-1], shape=(1, d_tiles)) + P @ V. Wait on the old value and "
-            "reserve the new one of the same buffer (it has two slots).",
+            "`with s_buf.wait() as s_blk, m_buf.wait() as m_old:` gives S and the old m. The new maximum, once: "
+            "`m_new = ttl.math.max(m_old, ttl.math.reduce_max(s_blk, dims=[-1], shape=(1, 1)))`. alpha = "
+            "exp(m_old − m_new) and P = exp(S − m_new) both need it, P with m_new copied across the columns "
+            "(`ttl.block.broadcast(m_new, dims=[-1], shape=(1, 1))`). Each goes into a block of its own buffer.",
+            "The first step, in place of `raise NotImplementedError()`:\n"
+            "    with s_buf.wait() as s_blk, m_buf.wait() as m_old:\n"
+            "        m_new = ttl.math.max(m_old, ttl.math.reduce_max(s_blk, dims=[-1], shape=(1, 1)))\n"
+            "        with m_buf.reserve() as m_blk:\n"
+            "            m_blk.store(m_new)\n"
+            "        with alpha_buf.reserve() as alpha_blk:\n"
+            "            alpha_blk.store(ttl.math.exp(m_old - m_new))\n"
+            "        with p_buf.reserve() as p_blk:\n"
+            "            p_blk.store(ttl.math.exp(s_blk - ttl.block.broadcast(m_new, dims=[-1], shape=(1, 1))))",
+            "The second step waits on P and alpha. l is one store; the accumulator takes two, P·V into pv_buf first "
+            "(one store of the rescale and P·V together keeps the broadcast alpha, the product and PV live at once: "
+            "3·D/32 tiles of DST, 12 at D = 128, where DST holds 8). Each waits on its old value and reserves the "
+            "new one of the same two-slot buffer:\n"
+            "    with p_buf.wait() as p_blk, alpha_buf.wait() as alpha_blk:\n"
+            "        with l_buf.wait() as l_old, l_buf.reserve() as l_blk:\n"
+            "            l_blk.store(alpha_blk * l_old + ttl.math.reduce_sum(p_blk, dims=[-1], shape=(1, 1)))\n"
+            "        with pv_buf.reserve() as pv_blk:\n"
+            "            pv_blk.store(p_blk @ v_blk)\n"
+            "        with pv_buf.wait() as pv_blk, acc_buf.wait() as acc_old, acc_buf.reserve() as acc_blk:\n"
+            "            acc_blk.store(acc_old * ttl.block.broadcast(alpha_blk, dims=[-1], shape=(1, d_tiles)) + pv_blk)",
             cell="09_dataflow/one_core_attention"),
     _ladder("09.rows_per_step",
             "How many tiles does DST hold in each mode, and how many does one row of tiles of a step need?",
@@ -301,8 +366,8 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             cell="09_dataflow/rows_per_step"),
     _ladder("09.grid_assignment",
             "With a causal mask, which query tiles cost the most, and what happens to the core that gets them all?",
-            "Tile i costs key_tiles_seen(i, ...) steps: the last tiles cost the most, so contiguous runs overload the "
-            "last core. Think of packing the most expensive items first.",
+            "Tile i costs `key_tiles_seen(i, q_tiles, k_tiles, causal)` steps: the last tiles cost the most, so "
+            "contiguous runs overload the last core. Think of packing the most expensive items first.",
             "Sort the tiles by cost, most expensive first, and give each to the core whose work so far is smallest "
             "(keep a running total per core).",
             cell="09_dataflow/assign_query_tiles"),
@@ -314,13 +379,13 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "otherwise store the scores. The reader sends the bias only when causal, so wait for it only then.",
             cell="09_dataflow/grid_attention"),
     _ladder("03.tiled_triton", *_TILED,
-            "In Triton: keys = start_n + tl.arange(0, BLOCK_N); load K and V tiles with mask keys < n_k; "
-            "s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale; mask keys past n_k with -inf; "
-            "acc += tl.dot(p, v, input_precision=\"ieee\") after rescaling."),
+            "In Triton: `keys = start_n + tl.arange(0, BLOCK_N)`; load K and V tiles with the mask `keys < n_k`; "
+            "`s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale`; mask keys past n_k with -inf; "
+            "`acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=\"ieee\")`."),
     _ladder("03.tiled_cuda", *_TILED,
-            "In CUDA C: __syncthreads() before the copy (nobody still reads the old tile) and after it (the tile is "
-            "complete); the copy is a loop i = threadIdx.x; i < block_n·d; i += blockDim.x; then step 02's warp update "
-            "on each chunk of 32 keys of the tile, reading K and V from shared memory."),
+            "In CUDA C: `__syncthreads()` before the copy (nobody still reads the old tile) and after it (the tile is "
+            "complete); the copy is a loop `for (int i = threadIdx.x; i < block_n * d; i += blockDim.x)`; then step 02's "
+            "warp update on each chunk of 32 keys of the tile, reading K and V from shared memory."),
     _ladder("03.tiled_metal", *_TILED,
             "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
             "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),

@@ -78,3 +78,296 @@ def test_a_cell_ending_in_hint_or_reveal_shows_the_text_once(capsys):
             assert out.count(marker) == 1 and "Out[" not in out and "\\n" not in out, out
     finally:
         InteractiveShell.clear_instance()
+
+
+# ------------------------------------------------------------------------------------------------
+# Hints are tested like answers (the rules in course/hint_ladder.py's docstring)
+# ------------------------------------------------------------------------------------------------
+
+import ast  # noqa: E402
+import builtins  # noqa: E402
+import keyword  # noqa: E402
+import textwrap  # noqa: E402
+
+from course.hint_ladder import code_blocks, code_spans, prose_of  # noqa: E402
+from course.paths import REPO  # noqa: E402
+
+NOTEBOOKS = REPO / "notebooks"
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S) if (re := __import__("re")) else None
+STUB = re.compile(r"^([ \t]*)(?:# YOUR CODE HERE\n[ \t]*)?raise NotImplementedError\(\)[ \t]*$", re.M)
+C_WORDS = {"float", "int", "unsigned", "const", "for", "if", "else", "return", "void", "uint", "half", "bool",
+           "float4", "size_t", "while", "true", "false", "threadgroup", "device", "kernel"}
+
+
+def _kind(ladder) -> str:
+    """"python" for a notebook cell or a Triton kernel file, "c" for a CUDA C or Metal kernel file."""
+    if ladder.cell:
+        return "python"
+    from course.tracks.table import exercise as row
+    return "python" if row(ladder.exercise).track == "triton" else "c"
+
+
+def _cells(folder, lesson: str) -> list[dict]:
+    return json.loads((folder / lesson / f"{lesson}.ipynb").read_text())["cells"]
+
+
+def _grade_id(cell: dict) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+def _python_names(source: str) -> set[str]:
+    """Every name a piece of Python binds or reads (roots only: `a.b` gives a)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _has(ladder) -> set[str]:
+    """What the learner has where they write the answer: the handed-out notebook up to the exercise's cell,
+    or the exercise's kernel file (its language's own words come from the runtime's headers)."""
+    if ladder.cell:
+        lesson, grade_id = ladder.cell.split("/")
+        names = set()
+        for cell in _cells(NOTEBOOKS, lesson):
+            if cell["cell_type"] == "code":
+                names |= _python_names("".join(cell["source"]))
+            if _grade_id(cell) == grade_id:
+                return names
+        raise AssertionError(f"{ladder.cell} is not a cell of the handed-out notebook")
+    from course.tracks.table import exercise as row
+    text = (REPO / row(ladder.exercise).kernel_file).read_text()
+    if _kind(ladder) == "python":
+        return _python_names(text) | {"tl", "triton"}
+    headers = "".join(p.read_text(errors="ignore") for p in (REPO / "course/simt/include").rglob("*") if p.is_file())
+    return set(re.findall(r"[A-Za-z_]\w*", text + headers)) | C_WORDS
+
+
+def _parse(code: str) -> ast.AST | None:
+    for attempt in (code, code + "\n    pass", code.rstrip(":") + ":\n    pass"):
+        try:
+            return ast.parse(textwrap.dedent(attempt))
+        except SyntaxError:
+            continue
+    return None
+
+
+def _binds_and_reads(code: str) -> tuple[set[str], set[str]]:
+    tree = _parse(code)
+    if tree is None:
+        raise AssertionError(f"marked code that is not Python: {code!r}")
+    binds, reads = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (binds if isinstance(node.ctx, (ast.Store, ast.Del)) else reads).add(node.id)
+        elif isinstance(node, ast.arg):
+            binds.add(node.arg)
+    return binds, reads
+
+
+def _unknown_names(ladder) -> list[str]:
+    has = _has(ladder)
+    written: set[str] = set()
+    problems = []
+    for number, rung in enumerate(ladder.rungs, 1):
+        code = code_spans(rung) + code_blocks(rung)
+        if _kind(ladder) == "c":
+            unknown = {w for c in code for w in re.findall(r"[A-Za-z_]\w*", c)} - has
+        else:
+            found = [_binds_and_reads(c) for c in code]
+            written |= {n for binds, _ in found for n in binds}
+            unknown = {n for _, reads in found for n in reads} - has - written - set(dir(builtins))
+        if unknown:
+            problems.append(f"{ladder.exercise} rung {number} names {sorted(unknown)}, which the learner neither "
+                            f"has nor writes")
+    return problems
+
+
+def _code_only(tree: ast.AST) -> bool:
+    """Whether parsed text holds something maths never writes: a dotted name, a keyword argument, a subscript,
+    a call of a snake_case function (names in ASCII: l·a is maths, not a name)."""
+    def ascii_name(node) -> bool:
+        return isinstance(node, ast.Name) and node.id.isascii()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ascii_name(node.value) and node.attr.isascii():
+            return True
+        if isinstance(node, ast.keyword) or (isinstance(node, ast.Subscript) and ascii_name(node.value)):
+            return True
+        if isinstance(node, ast.Call) and ascii_name(node.func) and "_" in node.func.id.strip("_")[1:]:
+            return True
+    return False
+
+
+def _parse_either(text: str) -> ast.AST | None:
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def _code_in_prose(rung: str) -> list[str]:
+    """Unmarked text that can only be code (the longest run of words in a phrase that parses as such)."""
+    found = []
+    for part in re.split(r"[;:]\s|\.\s|\.$|\n", prose_of(rung)):
+        words = part.strip().split(" ")
+        windows = sorted(((i, j) for i in range(len(words)) for j in range(i + 1, len(words) + 1)),
+                         key=lambda w: w[0] - w[1])
+        for i, j in windows:
+            text = " ".join(words[i:j])
+            tree = _parse_either(text) or (_parse_either(text[1:-1]) if text[:1] + text[-1:] == "()" else None)
+            if tree is not None and _code_only(tree):
+                found.append(text)
+                break
+    return found
+
+
+def test_code_in_a_rung_is_marked():
+    unmarked = [f"{e} rung {i}: {found}" for e, ladder in LADDERS.items()
+                for i, rung in enumerate(ladder.rungs, 1) if (found := _code_in_prose(rung))]
+    assert not unmarked, "code outside backticks or an indented block:\n" + "\n".join(unmarked)
+
+
+def test_the_unmarked_code_check_finds_code():
+    assert _code_in_prose("then acc_new = acc_old * broadcast(alpha, dims=[-1]) + P @ V in one step")
+    assert _code_in_prose("load it with k_desc.load([start_n, 0]).")
+    assert not _code_in_prose("m' = max(m, rowmax S); then O = acc / l. Which values need the old m?")
+
+
+@pytest.mark.parametrize("exercise", sorted(LADDERS))
+def test_a_rung_names_only_code_the_learner_has_or_writes(exercise):
+    assert not _unknown_names(LADDERS[exercise])
+
+
+def test_the_name_check_finds_a_name_the_learner_never_wrote():
+    from course.hint_ladder import Ladder
+    ladder = LADDERS["09.one_core_tt"]
+    wrong = Ladder(ladder.exercise, ("`acc_new = acc_old * ttl.block.broadcast(alpha, dims=[-1], shape=(1, d_tiles)) "
+                                     "+ P @ V`",) + ladder.rungs[1:], ladder.cell)
+    (problem,) = _unknown_names(wrong)
+    assert "rung 1" in problem and all(n in problem for n in ("acc_old", "alpha", "'P'", "'V'"))
+
+
+def _honest_namespace(lesson: str, grade_id: str) -> dict:
+    """The lesson's setup and the instructor's answers before ``grade_id``, run: the names a stub relies on."""
+    namespace: dict = {}
+    for cell in _cells(SOLUTIONS, lesson):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        source = "".join(cell["source"])
+        if _grade_id(cell) == grade_id:
+            return namespace
+        if cell["cell_type"] == "code" and not source.startswith("%%") and (meta.get("solution") or _grade_id(cell) == "setup"):
+            try:
+                exec(compile(source, f"<{lesson} {_grade_id(cell)}>", "exec"), namespace)
+            except Exception:  # noqa: BLE001 - a kernel cell this exercise does not use
+                pass
+    raise AssertionError(f"no cell {grade_id} in {lesson}")
+
+
+def _typed(ladder, up_to: int) -> str:
+    """The handed-out cell with the code blocks of rungs 1..up_to typed in place of its stub line."""
+    lesson, grade_id = ladder.cell.split("/")
+    stub = next("".join(c["source"]) for c in _cells(NOTEBOOKS, lesson) if _grade_id(c) == grade_id)
+    blocks = [b for rung in ladder.rungs[:up_to] for b in code_blocks(rung)]
+    match = STUB.search(stub)
+    assert match, f"{ladder.cell}: the handed-out cell has no `raise NotImplementedError()` line to replace"
+    return stub[:match.start()] + textwrap.indent("\n".join(blocks), match.group(1)) + stub[match.end():]
+
+
+def _visible_test(ladder) -> str:
+    lesson, _ = ladder.cell.split("/")
+    for cell in _cells(SOLUTIONS, lesson):
+        source = "".join(cell["source"])
+        if _grade_id(cell).startswith("test_") and f'course.check("{ladder.exercise}"' in source:
+            return HIDDEN.sub("", source)
+    raise AssertionError(f"no test cell checks {ladder.exercise}")
+
+
+WITH_BLOCKS = sorted(e for e, ladder in LADDERS.items() if any(code_blocks(r) for r in ladder.rungs))
+
+
+def test_some_ladders_give_code_to_type():
+    assert "09.one_core_tt" in WITH_BLOCKS and len(WITH_BLOCKS) >= 3
+
+
+REGION = re.compile(r"^([ \t]*)(?:#|//)+[ \t]*BEGIN SOLUTION[ \t]*\n.*?^[ \t]*(?:#|//)+[ \t]*END SOLUTION[ \t]*\n", re.S | re.M)
+
+
+def _kernel_typed(ladder, up_to: int, path) -> str:
+    """The exercise's kernel file with the code blocks of rungs 1..up_to typed into its solution regions, one
+    block a region in file order (only the regions of ``ladder.functions``, when it names them); a region no
+    block has reached yet holds the stub a learner is handed."""
+    from course.tracks.table import exercise as row
+    text = (REPO / row(ladder.exercise).kernel_file).read_text()
+    owned = [(0, len(text))]
+    if ladder.functions:
+        lines = text.splitlines(keepends=True)
+        starts = [sum(map(len, lines[:n - 1])) for n in range(1, len(lines) + 2)]
+        owned = [(starts[node.lineno - 1], starts[node.end_lineno]) for node in ast.parse(text).body
+                 if isinstance(node, ast.FunctionDef) and node.name in ladder.functions]
+    regions = [m for m in REGION.finditer(text) if any(a <= m.start() < b for a, b in owned)]
+    blocks = [b for rung in ladder.rungs[:up_to] for b in code_blocks(rung)]
+    assert len(blocks) <= len(regions), f"{ladder.exercise}: {len(blocks)} code blocks for {len(regions)} regions"
+    stub = "# YOUR CODE HERE\nraise NotImplementedError()" if path.suffix == ".py" else "// YOUR CODE HERE"
+    for i, match in reversed(list(enumerate(regions))):
+        typed = blocks[i] if i < len(blocks) else stub
+        text = text[:match.start()] + textwrap.indent(typed, match.group(1)) + "\n" + text[match.end():]
+    return text, len(regions)
+
+
+@pytest.mark.parametrize("exercise", WITH_BLOCKS)
+def test_the_code_blocks_of_a_ladder_typed_into_the_stub_pass_its_check(exercise, capsys, tmp_path):
+    """Typed exactly as shown, rung by rung: the answer still builds after every rung with a block, and after
+    the last one the exercise's own check passes (a notebook cell: its visible test cell)."""
+    ladder = LADDERS[exercise]
+    with_blocks = [i for i, rung in enumerate(ladder.rungs, 1) if code_blocks(rung)]
+    if ladder.cell:
+        lesson, grade_id = ladder.cell.split("/")
+        for up_to in with_blocks:
+            namespace = _honest_namespace(lesson, grade_id)
+            exec(compile(_typed(ladder, up_to), f"<{exercise} typed up to rung {up_to}>", "exec"), namespace)
+        exec(compile(_visible_test(ladder), f"<test of {exercise}>", "exec"), namespace)
+    else:
+        from course.tracks.table import exercise as row
+        path = tmp_path / (REPO / row(exercise).kernel_file).name
+        for up_to in with_blocks:
+            text, regions = _kernel_typed(ladder, up_to, path)
+            if path.suffix == ".py":
+                ast.parse(text)
+        assert len([b for r in ladder.rungs for b in code_blocks(r)]) == regions, (
+            f"{exercise}: typed in order, the code blocks must fill every one of its {regions} solution regions")
+        path.write_text(text)
+        if path.suffix == ".py":
+            from course.tracks.triton import solution, step
+            answer = solution(step(exercise), str(path))
+        else:
+            from course.simt import RawModule
+            answer = RawModule(code=text, language=row(exercise).track, name=path.name)
+        course.check(exercise, answer)
+    assert f"✓ {exercise}" in capsys.readouterr().out
+
+
+def test_a_rung_that_leads_to_a_failing_answer_is_caught(capsys):
+    """The rung lesson 09 once had: P·V added in the same step as the rescale. Typed, the check refuses it."""
+    from course.hint_ladder import Ladder
+    ladder = LADDERS["09.one_core_tt"]
+    last = ladder.rungs[-1]
+    fused = last.replace("        with pv_buf.reserve() as pv_blk:\n            pv_blk.store(p_blk @ v_blk)\n", "")
+    fused = fused.replace("with pv_buf.wait() as pv_blk, acc_buf.wait()", "with acc_buf.wait()")
+    fused = fused.replace("+ pv_blk)", "+ p_blk @ v_blk)")
+    assert "pv_buf" not in code_blocks(fused)[0]
+    wrong = Ladder(ladder.exercise, ladder.rungs[:-1] + (fused,), ladder.cell)
+    namespace = _honest_namespace("09_dataflow", "one_core_attention")
+    exec(compile(_typed(wrong, len(wrong.rungs)), "<fused>", "exec"), namespace)
+    with pytest.raises(Exception, match="DST holds 8"):
+        exec(compile(_visible_test(wrong), "<test>", "exec"), namespace)
