@@ -41,10 +41,13 @@ class Ladder:
     rungs: tuple[str, ...]
     cell: str = ""
     """For a Python exercise: ``<lesson folder>/<grade_id>`` of its solution cell in ``solutions/``."""
+    functions: tuple[str, ...] = ()
+    """For a kernel file that holds several exercises: the functions whose solution regions ``reveal`` shows
+    (lesson 07's split backward is ``dq_kernel``, not the atomic exercise's regions beside it)."""
 
 
-def _ladder(exercise: str, *rungs: str, cell: str = "") -> Ladder:
-    return Ladder(exercise, rungs, cell)
+def _ladder(exercise: str, *rungs: str, cell: str = "", functions: tuple[str, ...] = ()) -> Ladder:
+    return Ladder(exercise, rungs, cell, functions)
 
 
 _BLOCK = re.compile(r"(?:^|\n)((?: {4}.*(?:\n|$))+)")
@@ -258,18 +261,33 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "offset = Nk − Nq.",
             cell="06_causal_masking/tile_counts"),
     _ladder("06.causal_triton",
-            "Three kinds of key tiles for a query tile: skipped (never loaded), full (no mask), diagonal (mask). Where "
-            "does the loop over key tiles have to stop?",
-            "Stop after the last key the tile's last row sees: (last row) + Nk − Nq. Mask only the tiles the diagonal "
-            "crosses, with keys j <= i + Nk − Nq.",
-            "A row that sees no key keeps m = -inf: guard the exponent (subtract 0 then), write O = 0 and LSE = -inf."),
+            "Three kinds of key tiles for a query block: skipped (never loaded), full (no mask), diagonal (masked). Two "
+            "numbers split the key axis between them, `lo` and `hi`: which row of the block decides each, and which "
+            "keys does the masked stage hide?",
+            "`hi` is one past the last key the block's last real row sees: that row is min(start_m + BLOCK_M, Nq) − 1 "
+            "and sees keys up to it + (Nk − Nq); never below 0. `lo` ends the tiles every row sees in full: the "
+            "first row, start_m, sees keys up to start_m + (Nk − Nq), so round one past that down to a multiple of "
+            "`BLOCK_N`. The masked stage keeps key j for row i when j < Nk and, causal, j <= i + (Nk − Nq); a row "
+            "whose max is still -inf subtracts 0 instead (2^(-inf − (-inf)) is NaN).",
+            "The masked stage, in `attend_key_blocks`:\n"
+            "    visible = key_ok[None, :]\n"
+            "    if CAUSAL:\n"
+            "        visible = visible & (key_idx[None, :] <= rows[:, None] + diagonal)\n"
+            "    s = tl.where(visible, s, float(\"-inf\"))\n"
+            "    m_new = tl.maximum(m, tl.max(s, axis=1))\n"
+            "    m_sub = tl.where(m_new == float(\"-inf\"), 0.0, m_new)",
+            "The bounds, in `causal_attention_kernel` (`diagonal` is Nk − Nq):\n"
+            "    hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal, 0)\n"
+            "    lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N",
+            functions=("attend_key_blocks", "causal_attention_kernel")),
     _ladder("06.causal_cuda",
             "Three kinds of key tiles for a block: skipped (never loaded), full (no mask), diagonal (mask). Where does "
             "the tile loop have to stop?",
             "Stop after the last key the block's last row sees: row0 + block_m - 1 + n_k - n_q. Mask keys j > i + "
             "n_k - n_q on tiles the diagonal crosses.",
-            "Rows that see no key keep m = -inf: never compute exp(m - m_new) with both -inf; write O = 0 and LSE = "
-            "-inf for them."),
+            "Rows that have seen no key yet keep m = -inf: subtract `m_use = m_new == NEG_INF ? 0.0f : m_new` instead "
+            "of m_new, so every p and alpha is exp(-inf) = 0 and the row stays empty (the epilogue, given, writes "
+            "O = 0 and LSE = -inf for a row that never saw a key)."),
     _ladder("07.backward_torch",
             "Four products and one row term: dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − Δ), then dQ and dK from dS. Where does "
             "P come from when the forward kept only O and the LSE?",
@@ -296,10 +314,24 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             cell="07_backward_pass/differing_elements"),
     _ladder("07.backward_atomic_triton", *_BACKWARD,
             "The dQ share of this program for the query block is scale · dS K: add it with `tl.atomic_add` into a "
-            "float32 dQ zeroed before the launch (mask the padded rows)."),
-    _ladder("07.backward_split_triton", *_BACKWARD,
-            "dq_kernel: one program per query block loops over the key blocks it sees (stop at the last key its last "
-            "row sees), recomputes S, P and dP, and sums dS K in registers; no atomics."),
+            "float32 "
+            "dQ zeroed before the launch (mask the padded rows).",
+            "When causal, the loop over query blocks starts at the first block whose rows see key start_n (query i "
+            "sees key j when j <= i + `diag`): `start_m = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M`. The "
+            "blocks before it are wholly above this program's keys and are never loaded.",
+            functions=("preprocess_delta_kernel", "dkdv_kernel")),
+    _ladder("07.backward_split_triton",
+            "dQ of query row i sums over every key: scale · Σ_j dS_ij k_j. In `dq_kernel` one program owns a block of "
+            "query rows. What must it rebuild for each key block, since the dK/dV kernel kept nothing, and why does "
+            "it need no atomics?",
+            "Before the loop, Q, dO, the LSE and Δ of the block are loaded (given). Per key block: S = scale · Q Kᵀ, "
+            "P = exp(S − LSE) with the hidden entries 0, dP = dO Vᵀ, dS = P ∘ (dP − Δ), then `dq += tl.dot(ds.to(k.dtype), "
+            "k)`: the sum stays in registers, in one order, and the one `tl.store` after the loop (given) writes the "
+            "rows. No `tl.atomic_add` anywhere.",
+            "When causal, `end_n` is one past the last key the block's last row, start_m + BLOCK_M − 1, sees: "
+            "`end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)`, and the loop is `for n0 in range(0, end_n, BLOCK_N):`. "
+            "Key blocks past it are wholly in the future and are never loaded.",
+            functions=("dq_kernel",)),
     _ladder("07.backward_atomic_cuda", *_BACKWARD,
             "In CUDA C: after `__syncthreads()` (the dS tile is complete) each thread adds its rows' share of dS K · "
             "scale into `dq` with `atomicAdd`; a plain += from two blocks loses one of the updates."),
@@ -444,7 +476,13 @@ def solution_text(exercise: str) -> tuple[str, str]:
         return f"{path.relative_to(REPO)}, cell {grade_id}", "\n".join(r.rstrip("\n") for r in regions) or source
     kernel_file = _kernel_file(exercise)
     path = REPO / kernel_file
-    regions = _REGION.findall(path.read_text()) if path.is_file() else []
+    text = path.read_text() if path.is_file() else ""
+    if text and ladder.functions:  # only the regions of the exercise's own functions
+        import ast
+        lines = text.splitlines(keepends=True)
+        text = "".join("".join(lines[node.lineno - 1:node.end_lineno]) for node in ast.parse(text).body
+                       if isinstance(node, ast.FunctionDef) and node.name in ladder.functions)
+    regions = _REGION.findall(text)
     if not regions:
         raise CourseError(f"{kernel_file} has no solution region in this copy of the course, so there is nothing to reveal")
     return kernel_file, "\n    ...\n".join(r.rstrip("\n") for r in regions)

@@ -32,6 +32,9 @@ launches inside it:
         kernel[grid](x, out, n, BLOCK=128)
     written.require({"out": out})
 
+With ``launches=``, each checked launch's record comes back: its accesses and, for the techniques a
+lesson grades by measurement (:mod:`course.measured`), every ``tl.dot`` with its operands' shapes and dtypes.
+
 The checks cost a sorted search per access (NumPy, over the launch's few argument ranges) on top of
 recording its addresses, which the race check needs anyway.
 """
@@ -55,11 +58,29 @@ class RaceError(CourseError):
 
 
 class OutOfBounds(CourseError):
-    """A load, store or atomic reached an address outside the tensor arguments of its launch."""
+    """A load, store or atomic reached an address outside the tensor arguments of its launch.
 
-    def __init__(self, message: str, access: str = "load") -> None:
+    Besides the message, it says where, for a check that can name the cause better than "mask the
+    access" (a loop bound that runs a tile past the end, say): ``program``, ``line``, the ``argument`` the
+    access ran off, ``shape`` of that argument and ``elements``, the element indices (from its first
+    element, possibly past its end or negative) of the addresses that lie outside it."""
+
+    def __init__(self, message: str, access: str = "load", *, program: tuple[int, int, int] = (0, 0, 0),
+                 line: int = 0, source: str = "", argument: str = "", shape: tuple[int, ...] = (),
+                 elements: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.access = access  # "load", "store" or "atomic": what the course's check names
+        self.program, self.line, self.source, self.argument = program, line, source, argument
+        self.shape, self.elements = shape, elements
+
+    def __reduce__(self):  # a check may run in a child process: the fields travel with the message
+        return (_rebuild_out_of_bounds, (str(self), self.access, self.program, self.line, self.source, self.argument,
+                                         self.shape, self.elements))
+
+
+def _rebuild_out_of_bounds(message, access, program, line, source, argument, shape, elements) -> OutOfBounds:
+    return OutOfBounds(message, access, program=program, line=line, source=source, argument=argument, shape=shape,
+                       elements=elements)
 
 
 class Unwritten(CourseError):
@@ -83,6 +104,9 @@ class _Launch:
     storages: dict[tuple[int, int], int] = field(default_factory=dict)
     # One entry per memory operation: (program, its linear index, kind, line, byte addresses, element bytes).
     ops: list[tuple[tuple[int, int, int], int, str, int, np.ndarray, int]] = field(default_factory=list)
+    # One entry per tl.dot: (program, line, shape of a, shape of b, dtype of a, dtype of b), dtypes as Triton names.
+    dots: list[tuple[tuple[int, int, int], int, tuple[int, ...], tuple[int, ...], str, str]] = field(
+        default_factory=list)
     fault: OutOfBounds | None = None
     grid: tuple[int, int, int] = (1, 1, 1)
     constants: dict[str, Any] = field(default_factory=dict)  # keyword arguments that are plain numbers
@@ -166,10 +190,30 @@ def _record(kind: str, ptrs, mask) -> None:
     line = _line_in_kernel(launch.filename)
     problem = _outside(launch, kind, addresses, size, line)
     if problem:
-        launch.fault = OutOfBounds(problem, _ACCESS[kind][0])
+        launch.fault = OutOfBounds(problem, _ACCESS[kind][0], **_fault_fields(launch, addresses, size, line))
         raise launch.fault
     program, linear = _program()
     launch.ops.append((program, linear, kind, line, addresses, size))
+
+
+def _fault_fields(launch: _Launch, addresses: np.ndarray, size: int, line: int) -> dict[str, Any]:
+    """Where an access that left its argument went: the argument and the element indices outside it."""
+    program, _ = _program()
+    fields: dict[str, Any] = dict(program=program, line=line, source=_source(launch, line))
+    if not launch.buffers:
+        return fields
+    group = np.searchsorted(launch.starts, addresses, side="right").astype(np.int64) - 1 if launch.starts.size \
+        else np.full(addresses.shape, -1)
+    inside = (group >= 0) & (addresses + np.uint64(size) <= launch.ends[np.maximum(group, 0)]) if launch.starts.size \
+        else np.zeros(addresses.shape, dtype=bool)
+    home = int(group[np.argmax(inside)]) if inside.any() else None
+    bad = ~inside if home is None else ~inside | (group != home)
+    name, tensor = _ran_off(launch, int(addresses[np.argmax(bad)]), home)
+    step = tensor.element_size()
+    offsets = addresses[bad].astype(np.int64) - np.int64(tensor.data_ptr())
+    fields.update(argument=name, shape=tuple(int(n) for n in tensor.shape),
+                  elements=tuple(int(e) for e in np.unique(offsets // step)))
+    return fields
 
 
 def _source(launch: _Launch, line: int) -> str:
@@ -330,7 +374,7 @@ def interpreter_checks(written: Written | None = None, launches: list | None = N
 
     builder_cls, executor_cls = interpreter.InterpreterBuilder, interpreter.GridExecutor
     saved = {name: getattr(builder_cls, name) for name in
-             ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")}
+             ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas", "create_dot")}
     saved_call, saved_init = executor_cls.__call__, executor_cls._init_args_hst
 
     # Loads and stores through a tensor descriptor reach these two as well, with the boundary as mask.
@@ -349,6 +393,13 @@ def interpreter_checks(written: Written | None = None, launches: list | None = N
     def atomic_cas(self, ptr, *args, **kwargs):
         _record("a", ptr, None)
         return saved["create_atomic_cas"](self, ptr, *args, **kwargs)
+
+    def dot(self, a, b, *args, **kwargs):
+        if _active:
+            launch = _active[-1]
+            launch.dots.append((_program()[0], _line_in_kernel(launch.filename), tuple(np.shape(a.data)),
+                                tuple(np.shape(b.data)), str(a.dtype.scalar), str(b.dtype.scalar)))
+        return saved["create_dot"](self, a, b, *args, **kwargs)
 
     def init_args(self, args_dev, kwargs):
         args_hst, kwargs_hst = saved_init(self, args_dev, kwargs)
@@ -390,6 +441,7 @@ def interpreter_checks(written: Written | None = None, launches: list | None = N
 
     builder_cls.create_masked_load, builder_cls.create_masked_store = masked_load, masked_store
     builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas = atomic_rmw, atomic_cas
+    builder_cls.create_dot = dot
     executor_cls.__call__, executor_cls._init_args_hst = call, init_args
     try:
         yield

@@ -306,7 +306,31 @@ def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernel
     if failures:
         text = "    " + _explain(failures[0], learner)
         raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_80) rejects your kernel, so it was not "
-                          f"run:\n{text}\n"
-                          f"  The interpreter runs a kernel's body as Python, so calls into PyTorch, NumPy or any "
-                          f"other Python inside @triton.jit work there and nowhere else. Inside a kernel, use "
-                          f"triton.language operations and other @triton.jit functions only.")
+                          f"run:\n{text}\n  {_why(failures[0])}")
+
+
+_PYTHON_INSIDE = ("Unsupported function referenced", "is not a triton", "not supported in triton", "non-Triton",
+                  "Unsupported", "did you forget to add @triton.jit")
+
+
+def _why(failure: str) -> str:
+    """What a compiler failure means for a learner, chosen by what the compiler said (not one paragraph for all)."""
+    import re
+    operands = re.search(r"Both operands must be same dtype\. Got (\w+) and (\w+)", failure)
+    if operands:
+        a, b = operands.groups()
+        return (f"tl.dot multiplies two operands of one dtype, and here they are {a} and {b}. Triton's interpreter "
+                f"multiplies them anyway; a GPU's matrix instructions take both in the same type (tensor cores: 16-bit "
+                f"in, fp32 accumulate). Cast the one your kernel computed in float32 (P, from the softmax) to the "
+                f"other's dtype right before the product: `p.to(v.dtype)`.")
+    if "dtype" in failure or "type mismatch" in failure.lower():
+        return ("The types of the values on that line do not fit together. The interpreter computes with NumPy, which "
+                "converts silently; the compiler does not: convert explicitly with `.to(...)` where two dtypes meet.")
+    if "NameError" in failure or "is not defined" in failure:
+        return "The compiler does not know that name on that line: a typo, or a value defined only in another function."
+    if any(word in failure for word in _PYTHON_INSIDE):
+        return ("The interpreter runs a kernel's body as Python, so calls into PyTorch, NumPy or any other Python inside "
+                "@triton.jit work there and nowhere else. Inside a kernel, use triton.language operations and other "
+                "@triton.jit functions only.")
+    return ("The interpreter runs a kernel's body as Python and lets through what no GPU compiler accepts; fix the line "
+            "the compiler names (it stops at the first error).")

@@ -14,19 +14,9 @@
 # side, full attention visits T² tiles, causal visits 1 + 2 + ... + T = T(T + 1)/2, which tends to
 # half as T grows (N = 4096, BLOCK = 64: 2080 of 4096 tiles, 51%).
 #
-# Why bother separating (a) from (b), when masking every tile would give the same numbers? On a GPU
-# the mask is not free: per tile it is BLOCK_M·BLOCK_N integer compares and selects in the innermost
-# loop, right between the two tensor-core matmuls, plus the guard against rows that are still
-# entirely masked. Stage (a) is the fast path, the lesson-05 loop with nothing added, and it covers
-# almost all tiles; stage (b) pays for the mask only on the BLOCK_M / BLOCK_N tiles (one more when
-# the diagonal does not fall on a tile edge) that the diagonal crosses in each query block.
-# The same two stages give non-causal attention with a ragged tail: stage (a) over the full key
-# tiles, stage (b) on the one partial tile at the end.
-#
-# The kernel is the lesson-05 one (Q·Kᵀ and P·V on tensor cores, fp32 accumulator, exp2 with
-# log2(e) folded into the scale), generalised to (B, H, N, D) tensors with grouped-query attention:
-# K and V may have fewer heads H_kv than Q has (H_kv dividing H); query head h reads KV head
-# h // (H / H_kv). Only the pointer offsets know about it.
+# What you write: the mask of stage (b) with its guard (in attend_key_blocks), and the two bounds
+# lo and hi that split the key axis into the stages (in causal_attention_kernel). The launch
+# configurations and the wrappers are below the kernels.
 #
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 06 --track triton
@@ -42,47 +32,16 @@ from course.tracks.triton import autotuning  # importing course first also selec
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = 2^(x·log2 e)
 
 # ----------------------------------------------------------------------------------------------
-# Launch configurations. Checks, tests and notebooks run check_config on both tiers, and the compile
-# gate compiles it: nothing is timed. BLOCK_M != BLOCK_N on purpose, so every check exercises loop
-# bounds where a query block spans two key blocks. The benchmarks autotune over _configs(), a list
-# aimed at H100-class parts (228 KB shared memory per SM, 4 warps per warpgroup): BLOCK_M = 128 keeps
-# a 128 × D fp32 accumulator per program; BLOCK_N trades registers for fewer loop trips; num_stages is
-# how many K/V tiles the compiler keeps in flight (lesson 04).
-# ----------------------------------------------------------------------------------------------
-
-
-def check_config(head_dim: int, dtype: torch.dtype) -> triton.Config:
-    """16-bit tiles up to D = 128: 128 query rows, 64 keys, 4 warps, two stages. fp32 tiles (twice the
-    bytes, exact "ieee" dots on the FMA units) and 256-wide heads: 64 × 32, one stage for 256-wide fp32."""
-    wide = max(16, triton.next_power_of_2(head_dim)) > 128
-    if dtype == torch.float32 or wide:
-        return triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4,
-                             num_stages=1 if wide and dtype == torch.float32 else 2)
-    return triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2)
-
-
-def _configs() -> list[triton.Config]:
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn in [(128, 64), (128, 128), (64, 64)]
-            for w in (4, 8)
-            for s in (2, 3, 4)] + [triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-
-
-def _prune(configs, named_args, **kwargs):
-    """Drop configs that cannot fit or cannot help before any of them is timed."""
-    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
-    wide = block_d > 128 or named_args["q_ptr"].element_size() > 2  # 256-wide heads or fp32 tiles
-    keep = [c for c in configs
-            if not (wide and (c.kwargs["BLOCK_N"] > 64 or c.num_stages > 2))
-            and not (named_args["n_q"] <= 64 and c.kwargs["BLOCK_M"] > 64)]  # short queries (decoding)
-    if block_d > 128 and named_args["q_ptr"].element_size() > 2:
-        # 256-wide fp32 tiles: only the 64×32 single-stage config fits in an A100's shared memory.
-        keep = [c for c in keep if c.kwargs["BLOCK_N"] <= 32]
-    return keep or configs[-1:]
-
-
-# ----------------------------------------------------------------------------------------------
 # The inner loop, written once and instantiated twice: MASKED=False for stage (a), True for (b).
+#
+# Why two stages, when masking every tile would give the same numbers? On a GPU the mask is not
+# free: per tile it is BLOCK_M·BLOCK_N integer compares and selects in the innermost loop, right
+# between the two tensor-core matmuls, plus the guard against rows that are still entirely masked.
+# Stage (a) is the fast path, the lesson-05 loop with nothing added, and it covers almost all tiles;
+# stage (b) pays for the mask only on the BLOCK_M / BLOCK_N tiles (one more when the diagonal does
+# not fall on a tile edge) that the diagonal crosses in each query block. The same two stages give
+# non-causal attention with a ragged tail: stage (a) over the full key tiles, stage (b) on the one
+# partial tile at the end.
 # ----------------------------------------------------------------------------------------------
 
 @triton.jit
@@ -103,6 +62,11 @@ def attend_key_blocks(acc, l, m, q, kT_ptrs, v_ptrs, stride_kn, stride_vn, rows,
             v = tl.load(v_ptrs + start_n * stride_vn, mask=col_ok[None, :], other=0.0)
         s = tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale  # tensor cores, fp32 out, base-2 units
         if MASKED:
+            # Stage (b): set the scores of the keys row i must not see to -inf (keys past Nk always; with
+            # CAUSAL also the keys right of the diagonal), then the new running max m_new, and m_sub, the
+            # max the exponents subtract, which must keep a row that has seen no key yet away from NaN.
+            # region: diagonal_mask
+            # BEGIN SOLUTION
             visible = key_ok[None, :]
             if CAUSAL:
                 visible = visible & (key_idx[None, :] <= rows[:, None] + diagonal)  # j <= i + (Nk - Nq)
@@ -112,6 +76,8 @@ def attend_key_blocks(acc, l, m, q, kT_ptrs, v_ptrs, stride_kn, stride_vn, rows,
             # first visible key). Its max is still -inf, and 2^(-inf - (-inf)) would be NaN:
             # subtract 0 instead, so alpha = p = 2^(-inf) = 0 and the row stays empty.
             m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+            # END SOLUTION
+            # endregion: diagonal_mask
         else:
             # Every score here is finite, so after this block every row's max is too.
             m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -157,9 +123,11 @@ def causal_attention_kernel(
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    # BEGIN SOLUTION
     # region: causal_stage_split
+    # Key blocks [0, lo) are stage (a), [lo, hi) stage (b), [hi, Nk) stage (c). lo is a multiple of
+    # BLOCK_N (stage (a) loads whole tiles without a mask); hi is where this block's keys end.
     if CAUSAL:
+        # BEGIN SOLUTION
         # The last real row of this block (rows past Nq are padding and must not pull in keys)
         # sees keys j < min(start_m + BLOCK_M, Nq) + diagonal; everything from there on is stage (c).
         # That bound never exceeds Nk, and is <= 0 when the whole block sees nothing (Nq > Nk).
@@ -167,6 +135,7 @@ def causal_attention_kernel(
         # The first row sees j <= start_m + diagonal, and so does every later row: the key blocks
         # that end at or before start_m + diagonal + 1 are stage (a). Round down to a block start.
         lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N
+        # END SOLUTION
     else:
         hi = n_k
         lo = n_k // BLOCK_N * BLOCK_N      # every full key block is stage (a); the ragged tail is (b)
@@ -180,7 +149,6 @@ def causal_attention_kernel(
                                   MASKED=True, CAUSAL=CAUSAL, BLOCK_N=BLOCK_N, DOT_PRECISION=DOT_PRECISION)
     # Stage (c), blocks [hi, Nk): nothing to do, which is the whole point.
     # endregion: causal_stage_split
-    # END SOLUTION
     # A row that saw no key has l = 0 and m = -inf: it gets O = 0 and LSE = -inf, not 0/0.
     empty = l == 0.0
     l_div = tl.where(empty, 1.0, l)
@@ -189,6 +157,53 @@ def causal_attention_kernel(
     tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + cols[None, :],
              o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
     tl.store(lse_ptr + b * stride_lb + h * stride_lh + rows, lse, mask=row_ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# Below the kernels: launch configurations and the wrappers (given).
+#
+# The kernel is the lesson-05 one (Q·Kᵀ and P·V on tensor cores, fp32 accumulator, exp2 with
+# log2(e) folded into the scale), generalised to (B, H, N, D) tensors with grouped-query attention:
+# K and V may have fewer heads H_kv than Q has (H_kv dividing H); query head h reads KV head
+# h // (H / H_kv). Only the pointer offsets know about it.
+#
+# Launch configurations. Checks, tests and notebooks run check_config on both tiers, and the compile
+# gate compiles it: nothing is timed. BLOCK_M != BLOCK_N on purpose, so every check exercises loop
+# bounds where a query block spans two key blocks. The benchmarks autotune over _configs(), a list
+# aimed at H100-class parts (228 KB shared memory per SM, 4 warps per warpgroup): BLOCK_M = 128 keeps
+# a 128 × D fp32 accumulator per program; BLOCK_N trades registers for fewer loop trips; num_stages is
+# how many K/V tiles the compiler keeps in flight (lesson 04).
+# ----------------------------------------------------------------------------------------------
+
+
+def check_config(head_dim: int, dtype: torch.dtype) -> triton.Config:
+    """16-bit tiles up to D = 128: 128 query rows, 64 keys, 4 warps, two stages. fp32 tiles (twice the
+    bytes, exact "ieee" dots on the FMA units) and 256-wide heads: 64 × 32, one stage for 256-wide fp32."""
+    wide = max(16, triton.next_power_of_2(head_dim)) > 128
+    if dtype == torch.float32 or wide:
+        return triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4,
+                             num_stages=1 if wide and dtype == torch.float32 else 2)
+    return triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2)
+
+
+def _configs() -> list[triton.Config]:
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+            for bm, bn in [(128, 64), (128, 128), (64, 64)]
+            for w in (4, 8)
+            for s in (2, 3, 4)] + [triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop configs that cannot fit or cannot help before any of them is timed."""
+    block_d = kwargs.get("BLOCK_D", named_args.get("BLOCK_D", 64))
+    wide = block_d > 128 or named_args["q_ptr"].element_size() > 2  # 256-wide heads or fp32 tiles
+    keep = [c for c in configs
+            if not (wide and (c.kwargs["BLOCK_N"] > 64 or c.num_stages > 2))
+            and not (named_args["n_q"] <= 64 and c.kwargs["BLOCK_M"] > 64)]  # short queries (decoding)
+    if block_d > 128 and named_args["q_ptr"].element_size() > 2:
+        # 256-wide fp32 tiles: only the 64×32 single-stage config fits in an A100's shared memory.
+        keep = [c for c in keep if c.kwargs["BLOCK_N"] <= 32]
+    return keep or configs[-1:]
 
 
 causal_attention_tuned = triton.autotune(

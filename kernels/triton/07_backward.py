@@ -79,13 +79,17 @@ def dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     diag = n_k - n_q                      # query i sees key j iff j <= i + diag
-    # BEGIN SOLUTION
-    start_m = 0
+    start_m = 0                           # the first query block the loop visits
     if CAUSAL:
+        # Query blocks whose rows see none of this program's keys are never loaded: start at the
+        # first block that sees key start_n, a multiple of BLOCK_M.
+        # BEGIN SOLUTION
         # Key start_n is first seen by query start_n - diag; every query block before the one holding
         # that row sees none of this program's keys, so the loop starts there (rounded down to a block).
         start_m = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M
+        # END SOLUTION
     # region: dkdv_inner_loop
+    # BEGIN SOLUTION
     for m0 in range(start_m, n_q, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         row_ok = offs_m < n_q
@@ -139,8 +143,8 @@ def dkdv_kernel(
             # launch, so the additions need no ordering with other memory operations, only atomicity.
             tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")
             # endregion: dq_atomic_add
-    # endregion: dkdv_inner_loop
     # END SOLUTION
+    # endregion: dkdv_inner_loop
     dk = dk * scale
     tl.store(dk_ptr + z * stride_dkz + offs_n[:, None] * stride_dkn + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
@@ -180,12 +184,16 @@ def dq_kernel(
     delta = tl.load(delta_ptr + z * n_q + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     diag = n_k - n_q
-    # BEGIN SOLUTION
-    end_n = n_k
+    end_n = n_k                           # the key loop visits keys 0 .. end_n - 1
     if CAUSAL:
+        # Key blocks no row of this block sees are never loaded: end after the last key its last row sees.
+        # BEGIN SOLUTION
         # The last row of this block, start_m + BLOCK_M - 1, sees keys up to start_m + BLOCK_M - 1 + diag;
         # key blocks past that are entirely masked. (end_n <= 0: the block sees no key, dQ stays 0.)
         end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)
+        # END SOLUTION
+    # For every key block: rebuild P and dS for these rows, and add this block's dS K to dq, in registers.
+    # BEGIN SOLUTION
     for n0 in range(0, end_n, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_k

@@ -18,6 +18,9 @@
 # are expanded and the gradients of each group summed afterwards: correct, but it costs memory that
 # a backward with the head mapping built in would not.
 #
+# What you write: the two methods of FlashAttention (what forward saves, and how backward uses it)
+# and the two helpers for grouped heads. The checks of the inputs are at the end of the file.
+#
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 08 --track triton
 from __future__ import annotations
@@ -32,49 +35,6 @@ from course.kernels import load_triton_module
 
 _forward = load_triton_module("triton/06_causal")
 _backward = load_triton_module("triton/07_backward")
-
-
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> None:
-    """Clear errors for the mistakes people make when calling an attention operator."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"flash_attention: {name} must be (batch, heads, seq_len, head_dim); got shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"flash_attention: q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dtype not in KERNEL_DTYPES:
-        raise TypeError(f"flash_attention: dtype {q.dtype} is not supported; use float16, bfloat16 or float32")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"flash_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and _interpreted():
-        # Seen with Triton 3.9: the interpreter's tl.dot on bfloat16 tiles returns garbage (numpy has no bfloat16).
-        raise TypeError("flash_attention: Triton's CPU interpreter computes tl.dot wrongly on bfloat16; use float16 "
-                        "or float32 on the CPU tier (bfloat16 runs on a GPU)")
-    if q.device.type == "cpu" and not _interpreted():
-        raise ValueError("flash_attention: the tensors are on the CPU, but Triton compiles for a GPU here; "
-                         "move them to the GPU (q.cuda()) or run with TRITON_INTERPRET=1")
-    if k.shape != v.shape:
-        raise ValueError(f"flash_attention: k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
-    (b, h, n_q, d), (bk, h_kv, n_k, dk) = q.shape, k.shape
-    if b != bk:
-        raise ValueError(f"flash_attention: batch sizes differ (q has {b}, k and v have {bk})")
-    if d != dk:
-        raise ValueError(f"flash_attention: q and k must share the head dim; got {d} and {dk}")
-    if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"flash_attention: head dim {d} is not supported (1 to {MAX_HEAD_DIM})")
-    if h_kv == 0 or h % h_kv:
-        raise ValueError(f"flash_attention: q has {h} heads and k, v have {h_kv}; the K/V head count must divide "
-                         "the query head count (grouped-query attention)")
-    if n_q == 0 or n_k == 0:
-        raise ValueError(f"flash_attention: empty sequence (q has {n_q} positions, k and v have {n_k})")
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"flash_attention: scale must be a positive finite number; got {scale}")
-
-
-def _interpreted() -> bool:
-    import os
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _expand_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -136,3 +96,50 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         with autotune(False):
             return FlashAttention.apply(q, k, v, bool(causal), scale, True)
     return FlashAttention.apply(q, k, v, bool(causal), scale, False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Below the operator: the checks of its inputs (given).
+# ----------------------------------------------------------------------------------------------
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> None:
+    """Clear errors for the mistakes people make when calling an attention operator."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flash_attention: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"flash_attention: {name} must be (batch, heads, seq_len, head_dim); got shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"flash_attention: q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in KERNEL_DTYPES:
+        raise TypeError(f"flash_attention: dtype {q.dtype} is not supported; use float16, bfloat16 or float32")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"flash_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and _interpreted():
+        # Seen with Triton 3.9: the interpreter's tl.dot on bfloat16 tiles returns garbage (numpy has no bfloat16).
+        raise TypeError("flash_attention: Triton's CPU interpreter computes tl.dot wrongly on bfloat16; use float16 "
+                        "or float32 on the CPU tier (bfloat16 runs on a GPU)")
+    if q.device.type == "cpu" and not _interpreted():
+        raise ValueError("flash_attention: the tensors are on the CPU, but Triton compiles for a GPU here; "
+                         "move them to the GPU (q.cuda()) or run with TRITON_INTERPRET=1")
+    if k.shape != v.shape:
+        raise ValueError(f"flash_attention: k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    (b, h, n_q, d), (bk, h_kv, n_k, dk) = q.shape, k.shape
+    if b != bk:
+        raise ValueError(f"flash_attention: batch sizes differ (q has {b}, k and v have {bk})")
+    if d != dk:
+        raise ValueError(f"flash_attention: q and k must share the head dim; got {d} and {dk}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"flash_attention: head dim {d} is not supported (1 to {MAX_HEAD_DIM})")
+    if h_kv == 0 or h % h_kv:
+        raise ValueError(f"flash_attention: q has {h} heads and k, v have {h_kv}; the K/V head count must divide "
+                         "the query head count (grouped-query attention)")
+    if n_q == 0 or n_k == 0:
+        raise ValueError(f"flash_attention: empty sequence (q has {n_q} positions, k and v have {n_k})")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"flash_attention: scale must be a positive finite number; got {scale}")
+
+
+def _interpreted() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET") == "1"

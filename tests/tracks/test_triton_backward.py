@@ -219,9 +219,10 @@ def test_stub_raises_not_implemented_and_regions_exist(tmp_path):
     for name in ("preprocess_delta", "dkdv_inner_loop", "dq_atomic_add", "dq_split_kernel"):
         assert read_region("triton/07_backward", name).strip()
     source = kernel_path("triton/07_backward").read_text()
-    stub = re.sub(r"    # BEGIN SOLUTION.*?# END SOLUTION\n", "    # YOUR CODE HERE\n    raise NotImplementedError()\n",
-                  source, flags=re.S)
-    assert stub.count("raise NotImplementedError()") == 3
+    stub = re.sub(r"^( *)# BEGIN SOLUTION\n.*?# END SOLUTION\n", r"\1# YOUR CODE HERE\n\1raise NotImplementedError()\n",
+                  source, flags=re.S | re.M)
+    # Δ; dK/dV's first query block and its loop; dQ's end and its loop
+    assert stub.count("raise NotImplementedError()") == 5
     (tmp_path / "stub07.py").write_text(stub)
     module = load_triton_module(str(tmp_path / "stub07.py"))
     q, k, v = qkv(4, 16, seed=0)

@@ -264,7 +264,7 @@ def test_empty_query_and_regions(tc_module, causal_module):
 def test_stub_without_solution_still_loads(tmp_path, ref, call):
     source = kernel_path(ref).read_text()
     stub, count = re.subn(r"( *)# BEGIN SOLUTION\n.*?# END SOLUTION\n", r"\1raise NotImplementedError()\n", source, flags=re.S)
-    assert count == 1
+    assert count >= 1  # 06: the masked stage's mask and the two bounds
     path = tmp_path / "stub.py"
     path.write_text(stub)
     module = load_triton_module(str(path))

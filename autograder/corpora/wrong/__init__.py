@@ -98,6 +98,9 @@ class WrongKernel:
     expect: str = r"wrong|NaN|Inf"
     checked: bool = False
     hint: "str | None | _Undeclared" = UNDECLARED
+    measured: bool = False
+    """The mistake leaves the numbers right and shows only in what the kernel loads (course.measured):
+    ``grade()`` measures first, as ``course.check`` does for that exercise."""
 
     language = "cuda"
 

@@ -33,6 +33,9 @@ class WrongCudaKernel(WrongKernel):
         from course.tracks.cuda import GRADING_TILES, check_step, grading_cases
 
         module = self.module()
+        if self.measured:
+            from course.measured import causal_tiles_simt
+            causal_tiles_simt(self.exercise, module)
         checked, plain = grading_cases(self.exercise)
         if not self.checked:  # the plain launch with the grading tiles and with the default tiles
             return check_step(self.exercise, module, checked_cases=(), plain_cases=checked + plain,
@@ -136,6 +139,14 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
        hint="aligned top-left"),
     _W("06.causal_cuda", "stops-before-diagonal", "ends the tile loop at the block's first row's last key",
        (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + 1 + offset)"),), hint=None),
+    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.measured).
+    _W("06.causal_cuda", "visits-every-tile", "leaves kv_end at n_k, visiting every key tile and masking the future",
+       (("    if (causal) kv_end = max(0, min(n_k, row0 + block_m + offset));\n", ""),),
+       expect=r"query rows 0–31 loaded key tiles 2–3 \(keys 32–63\), which lie wholly in the future", hint=None,
+       measured=True),
+    _W("06.causal_cuda", "tile-range-top-left", "ends the tile loop at the block's last row, top-left aligned",
+       (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + block_m)"),), expect="wholly in the future|never loaded",
+       hint="aligned top-left", measured=True),
     _W("06.causal_cuda", "only-last-tile-masked", "masks only the last tile, though the diagonal crosses several",
        (("const bool diagonal = causal && j0 + block_n - 1 > row0 + offset;",
          "const bool diagonal = causal && t == n_tiles - 1;"),), hint=None),

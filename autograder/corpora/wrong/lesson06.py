@@ -4,10 +4,11 @@ from autograder.corpora.wrong.track_entries import kernel_answers
 
 _A = "06_causal_masking"
 
-# Three mistakes per track from the kernel-file corpora, each also tested there against the file.
+# Three mistakes per track from the kernel-file corpora, each also tested there against the file. The first
+# of each track is the lazy kernel: right numbers, every key tile visited; the check measures the tiles loaded.
 _KERNEL_ENTRIES = {
-    "triton": ("06.causal_triton", ("mask-off-by-one", "top-left-alignment", "nan-on-empty-rows")),
-    "cuda": ("06.causal_cuda", ("mask-off-by-one", "stops-before-diagonal", "empty-rows-unwritten")),
+    "triton": ("06.causal_triton", ("visits-every-tile", "top-left-alignment", "nan-on-empty-rows")),
+    "cuda": ("06.causal_cuda", ("visits-every-tile", "stops-before-diagonal", "empty-rows-unwritten")),
 }
 
 WRONG = [

@@ -39,6 +39,9 @@ class WrongMetalKernel(WrongKernel):
         from course.tracks.metal import GRADING_TILES, check_step, grading_cases
 
         module = module or self.module()
+        if self.measured:
+            from course.measured import causal_tiles_simt
+            causal_tiles_simt(self.exercise, module)
         if self.exercise in cuda.STEPS:  # one thread per row: CUDA's lesson-01 launch
             small, _ = cuda.grading_cases(self.exercise)
             if self.checked:
@@ -139,6 +142,14 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        "sees, dropping keys the later rows of the threadgroup see",
        (("if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));",
          "if (causal) kv_end = uint(clamp(int(row0 + 1) + offset, 0, int(n_k)));"),), hint=None),
+    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.measured).
+    _W("05.mma_metal", "visits-every-tile", "leaves kv_end at n_k, visiting every key tile and masking the future",
+       (("    if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));\n", ""),),
+       expect=r"query rows 0–15 loaded key tile 1 \(keys 16–31\), which lies wholly in the future", hint=None,
+       measured=True),
+    _W("05.mma_metal", "tile-range-top-left", "ends the tile loop at the threadgroup's last row, top-left aligned",
+       (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m), 0, int(n_k))"),),
+       expect="wholly in the future|never loaded", hint="aligned top-left", measured=True),
     # -- 07: backward, atomic dQ ------------------------------------------------------------------
     _W("07.backward_atomic_metal", "non-atomic-dq", "adds its share into dQ with a plain += although other "
        "threadgroups add to the same rows",

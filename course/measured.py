@@ -1,0 +1,507 @@
+"""Techniques a lesson is about, graded by measuring what the learner's kernel did.
+
+Right numbers do not prove the technique. A causal kernel that visits every key tile and masks gives
+the same O as one that skips the future; a "tensor-core" kernel whose products are broadcasts and sums
+gives the same O as one built on ``tl.dot``; a "split" backward whose dQ kernel adds with atomics gives
+the same dQ. Each passes a value check and misses its lesson, so each is measured here, and fails with a
+sentence that says what was measured and where the technique went missing:
+
+- **causal tile skipping** (lesson 06, the backward of lesson 07): the key tiles each program loads,
+  against the tiles its rows see (:mod:`course.causal`'s model, bottom-right aligned). Triton kernels
+  run on the interpreter under :func:`course.racecheck.interpreter_checks`, which records which program
+  read which elements; CUDA C and Metal kernels run on the CPU runtime in counters mode, which counts the
+  bytes each buffer was read, on shapes where exactly one block has tiles to skip;
+- **matrix units** (lesson 05, Triton): every ``tl.dot`` the interpreter ran, with its operands' shapes
+  and dtypes: both products of every key tile, on 16-bit operands for 16-bit inputs;
+- **no atomics in the split backward** (lesson 07): the atomic updates of every launch.
+
+A measurement runs the learner's code on its own small shapes. When that code fails there for another
+reason (an exception, a crash of the CPU runtime), the measurement says nothing and the value check
+that follows reports the failure as it does for any answer. On the GPU tier the Triton measurement runs
+an interpreted copy of the same module on the CPU, since only the interpreter sees single loads.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+
+from course import causal
+from course.errors import CheckFailed
+from course.inputs import Case
+
+__all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "causal_tiles_triton", "backward_tiles_triton", "causal_tiles_simt",
+           "matrix_units_triton", "interpreted"]
+
+# Shapes a causal kernel is measured on (float32, so the Triton check configs give 64 x 32 forward tiles and
+# 32 x 32 backward tiles): Nq = Nk, more queries than keys (the first rows see nothing), more keys than
+# queries. No length is a multiple of a tile, so a bound that runs a whole tile past the end shows.
+CAUSAL_PROBES = (Case(150, 150, 16, causal=True, seed=61), Case(150, 90, 16, causal=True, seed=62),
+                 Case(90, 150, 16, causal=True, seed=63))
+
+
+def _span(numbers: Iterable[int]) -> str:
+    """``[2, 3, 4, 7]`` → ``"2–4 and 7"``: runs of consecutive numbers."""
+    values = sorted(set(numbers))
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    parts = [str(a) if a == b else f"{a}–{b}" for a, b in runs]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _lie(tiles: set[int]) -> str:
+    return "lies" if len(tiles) == 1 else "lie"
+
+
+def _tiles(kind: str, tiles: set[int], size: int, n: int) -> str:
+    """``key tiles 2–4 (keys 64–149)``: tile numbers and the rows they hold, clipped at n."""
+    first, last = min(tiles) * size, min(n, (max(tiles) + 1) * size) - 1
+    noun = "tile" if len(tiles) == 1 else "tiles"
+    rows = "keys" if kind == "key" else "rows"
+    held = f"{rows} {first}–{last}" if len(tiles) == max(tiles) - min(tiles) + 1 else f"within {rows} {first}–{last}"
+    return f"{kind} {noun} {_span(tiles)} ({held})"
+
+
+def _offset_text(n_q: int, n_k: int) -> str:
+    shift = n_k - n_q
+    return f"i + {shift}" if shift > 0 else f"i − {-shift}" if shift < 0 else "i"
+
+
+# ------------------------------------------------------------------------------------------------
+# Triton: what each program loaded, from the interpreter's record of a launch
+# ------------------------------------------------------------------------------------------------
+
+def interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, or on the GPU tier the same function from an interpreted copy of its module.
+
+    Only Triton's interpreter runs a kernel one access at a time, so the measurements need it; on a GPU
+    machine the module's file is loaded again with ``TRITON_INTERPRET=1`` (the kernels are decorated as
+    interpreted functions then) and its wrapper runs them on CPU tensors. ``fn`` may be a course
+    wrapper around a learner's kernels (it keeps its module's file in ``path``) or a ``functools.partial``.
+    """
+    from course import tiers
+    if tiers.triton_interpreted():
+        return fn
+    inner, keywords = getattr(fn, "fn", fn), {}
+    if isinstance(inner, functools.partial):
+        inner, keywords = inner.func, dict(inner.keywords)
+    code = getattr(inner, "__code__", None)
+    if code is None or not os.path.isfile(code.co_filename):
+        raise CheckFailed(f"cannot measure {getattr(fn, '__name__', fn)!r}: its module's file is not on disk, and "
+                          "the interpreter needs it to run the kernels one access at a time.")
+    path = code.co_filename
+    name = "course_interpreted." + hashlib.sha256(path.encode()).hexdigest()[:16]
+    module = sys.modules.get(name)
+    if module is None:
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"  # read by @triton.jit as the module's kernels are decorated
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec and spec.loader
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+    found = getattr(module, inner.__name__)
+    return functools.partial(found, **keywords) if keywords else found
+
+
+def _run_recorded(fn: Callable[..., Any], args: tuple, kwargs: dict):
+    """(launches, None) after running ``fn`` under the interpreter's checks, (None, OutOfBounds) when an
+    access left its tensor, (None, None) when ``fn`` failed otherwise (the value check reports that)."""
+    from course.racecheck import OutOfBounds, interpreter_checks
+    launches: list = []
+    try:
+        with interpreter_checks(launches=launches):
+            fn(*args, **kwargs)
+    except OutOfBounds as exc:
+        return None, exc
+    except Exception:  # noqa: BLE001 - not a measurement's to report
+        return None, None
+    return launches, None
+
+
+def _rows_loaded(launch, argument: str) -> dict[tuple[int, int, int], set[int]] | None:
+    """Per program, the rows (second-to-last index) of ``argument`` its loads read; None when the launch has
+    no such argument or it is not contiguous (then rows cannot be read off addresses)."""
+    tensor = dict(launch.buffers).get(argument)
+    if tensor is None or tensor.dim() < 2 or not tensor.is_contiguous():
+        return None
+    base, size = tensor.data_ptr(), tensor.element_size()
+    end = base + tensor.numel() * size
+    n_rows, width = tensor.shape[-2], tensor.shape[-1]
+    found: dict[tuple[int, int, int], set[int]] = defaultdict(set)
+    for program, _, kind, _, addresses, _ in launch.ops:
+        if kind != "r":
+            continue
+        inside = addresses[(addresses >= np.uint64(base)) & (addresses < np.uint64(end))]
+        if inside.size:
+            elements = (inside - np.uint64(base)).astype(np.int64) // size
+            found[program].update(np.unique(elements // width % n_rows).tolist())
+    return found
+
+
+@dataclass(frozen=True)
+class _Visits:
+    """What the programs of one launch loaded, as tiles of the score matrix."""
+    owner: str             # "query": a program owns a query tile and loads key tiles; "key": the other way
+    block_m: int
+    block_n: int
+    loaded: dict[int, set[int]]  # owned tile -> tiles of the other side it loaded (over every head)
+
+
+def _visits(launch, owner: str, argument: str) -> _Visits | None:
+    constants = launch.constants
+    block_m, block_n = constants.get("BLOCK_M"), constants.get("BLOCK_N")
+    rows = _rows_loaded(launch, argument)
+    if rows is None or not isinstance(block_m, int) or not isinstance(block_n, int):
+        return None
+    other = block_n if owner == "query" else block_m
+    loaded: dict[int, set[int]] = {x: set() for x in range(launch.grid[0])}
+    for program, found in rows.items():
+        loaded.setdefault(program[0], set()).update(r // other for r in found)
+    return _Visits(owner, block_m, block_n, loaded)
+
+
+def _seen(v: _Visits, n_q: int, n_k: int, tile: int, alignment: str = "bottom_right") -> set[int]:
+    """The tiles of the other side that some row (or key) of ``tile`` pairs with under the causal mask."""
+    if v.owner == "query":
+        if tile * v.block_m >= n_q:
+            return set()
+        return {kt for kt in range(-(-n_k // v.block_n))
+                if causal.tile_kind(n_q, n_k, v.block_m, v.block_n, tile, kt, alignment) != "skipped"}
+    if tile * v.block_n >= n_k:
+        return set()
+    return {qt for qt in range(-(-n_q // v.block_m))
+            if causal.tile_kind(n_q, n_k, v.block_m, v.block_n, qt, tile, alignment) != "skipped"}
+
+
+def _tile_problem(exercise: str, case: Case, v: _Visits, kernel: str) -> str | None:
+    """The first owned tile whose loads differ from the tiles it needs, in words; None when none does."""
+    n_q, n_k = case.n_q, case.n_k
+    top_left = all(v.loaded[t] == _seen(v, n_q, n_k, t, "top_left") for t in v.loaded)
+    for tile in sorted(v.loaded):
+        need, got = _seen(v, n_q, n_k, tile), v.loaded[tile]
+        future, missing = got - need, need - got
+        if not future and not missing:
+            continue
+        where = f"{exercise}: on {case.describe()}, with {v.block_m} × {v.block_n} tiles"
+        rule = f"query i sees keys j <= {_offset_text(n_q, n_k)}"
+        if v.owner == "query":
+            r0, r1 = tile * v.block_m, min(n_q, (tile + 1) * v.block_m) - 1
+            who = f"the program for query rows {r0}–{r1}"
+            last = r1 + n_k - n_q  # the last key its last row sees
+            if future:
+                stop = (f"after key {last}, the last one its last row sees" if last >= 0 else
+                        "before the first tile: none of its rows sees any key")
+                text = (f"{where}, {who} loaded {_tiles('key', future, v.block_n, n_k)}, which {_lie(future)} wholly in "
+                        f"the future: none of its rows sees any of their keys ({rule}). The loop's upper bound should "
+                        f"stop at the diagonal, {stop}.")
+            else:
+                text = (f"{where}, {who} never loaded {_tiles('key', missing, v.block_n, n_k)}, which its rows see "
+                        f"({rule}; its last row, {r1}, sees keys up to {min(last, n_k - 1)}): the loop's bounds stop "
+                        f"short of the diagonal.")
+        else:
+            k0, k1 = tile * v.block_n, min(n_k, (tile + 1) * v.block_n) - 1
+            who = f"the dK/dV program for keys {k0}–{k1}"
+            first = max(0, k0 - (n_k - n_q))  # the first query row that sees key k0
+            if future:
+                text = (f"{where}, {who} loaded {_tiles('query', future, v.block_m, n_q)}, none of whose rows "
+                        f"sees any of its keys ({rule}). The loop over query blocks should start at the block that "
+                        f"holds row {first}, the first row that sees key {k0}.")
+            else:
+                text = (f"{where}, {who} never loaded {_tiles('query', missing, v.block_m, n_q)}, whose rows see "
+                        f"its keys ({rule}): the loop over query blocks starts too late or ends too early.")
+        if kernel:
+            text = text.replace(f"{who} ", f"{who} ({kernel}) ", 1)
+        if top_left and n_q != n_k:
+            text += ("\n  hint: these tiles are those of a mask aligned top-left (j <= i). The course aligns the "
+                     "causal mask bottom-right: query i sees keys j <= i + (Nk − Nq), so with Nq ≠ Nk the "
+                     "diagonal, and with it every loop bound, moves by Nk − Nq.")
+        return text
+    return None
+
+
+def _bound_overrun(exercise: str, case: Case, exc, block_m: int | None) -> str | None:
+    """An out-of-bounds load of K or V past its end in a causal forward, said as the loop bound it is."""
+    if exc.access != "load" or exc.argument not in ("k_ptr", "v_ptr") or len(exc.shape) < 2:
+        return None
+    width, rows = exc.shape[-1], exc.shape[-2]
+    keys = sorted({e // width for e in exc.elements})
+    if not keys or keys[0] < rows:  # only a run past the end of K or V is a loop bound's doing
+        return None
+    who, hint = "a program", ""
+    if block_m:
+        r0 = exc.program[0] * block_m
+        who = f"the program for query rows {r0}–{min(case.n_q, r0 + block_m) - 1}"
+        # The first key some row of the block cannot see, top-left aligned (j <= i) and bottom-right: past Nk
+        # only in the first, this is a top-left bound.
+        if case.n_q != case.n_k and r0 + 1 >= case.n_k and max(r0 + case.n_k - case.n_q + 1, 0) < case.n_k:
+            hint = ("\n  hint: that bound is aligned top-left (j <= i). The course aligns the causal mask "
+                    "bottom-right: query i sees keys j <= i + (Nk − Nq), so with Nq ≠ Nk every bound moves by "
+                    "Nk − Nq.")
+    tensor = "K" if exc.argument == "k_ptr" else "V"
+    return (f"{exercise}: on {case.describe()}, {who} loaded keys {_span(keys)} of {tensor}, past its end (Nk = "
+            f"{case.n_k}), at {exc.source or f'line {exc.line}'}. Masking that load is not the fix: it belongs to the stage that runs "
+            f"without a mask, and its loop bound went a tile too far. The unmasked stage covers only whole key "
+            f"tiles every row of the block sees, so its bound (lo) is rounded down to a multiple of BLOCK_N; the "
+            f"masked stage takes the tiles from there to hi, the diagonal.{hint}")
+
+
+def _block_m(fn: Callable[..., Any], case: Case) -> int | None:
+    """The forward's BLOCK_M on a case, from the kernel file's check config (for naming rows)."""
+    inner = getattr(fn, "fn", fn)
+    inner = inner.func if isinstance(inner, functools.partial) else inner
+    module = sys.modules.get(getattr(inner, "__module__", ""))
+    config = getattr(module, "check_config", None)
+    try:
+        found = config(case.d, case.dtype) if config else None
+    except Exception:  # noqa: BLE001 - a name for a message only
+        return None
+    found = found.get("causal_attention_kernel") if isinstance(found, dict) else found
+    return getattr(found, "kwargs", {}).get("BLOCK_M")
+
+
+def causal_tiles_triton(exercise: str, fn: Callable[..., Any], probes: Iterable[Case] = CAUSAL_PROBES) -> None:
+    """Lesson 06 (Triton): on each probe, every program must load exactly the key tiles its rows see."""
+    run = interpreted(fn)
+    for case in probes:
+        q, k, v = case.tensors()
+        launches, fault = _run_recorded(run, (q, k, v), dict(causal=True))
+        if fault is not None:
+            if (text := _bound_overrun(exercise, case, fault, _block_m(run, case))):
+                raise CheckFailed(text)
+            return  # another out-of-bounds access: the value check names it
+        if launches is None:
+            return
+        for launch in launches:
+            found = _visits(launch, "query", "k_ptr")
+            if found is not None and (problem := _tile_problem(exercise, case, found, "")):
+                raise CheckFailed(problem)
+
+
+_BACKWARD_LAUNCHES = {"dkdv_kernel": ("key", "q_ptr"), "dq_kernel": ("query", "k_ptr")}
+
+
+def backward_tiles_triton(exercise: str, fn: Callable[..., Any], split: bool,
+                          probes: Iterable[Case] = CAUSAL_PROBES[1:]) -> None:
+    """Lesson 07 (Triton): the dK/dV programs skip the query blocks above their keys, the dQ programs the key
+    blocks past their diagonal; in the split design no launch updates memory atomically."""
+    from course.reference import attention
+    run = interpreted(fn)
+    for case in probes:
+        q, k, v = case.tensors()
+        forward = attention(q, k, v, True)
+        do = torch.randn(q.shape, generator=torch.Generator().manual_seed(case.seed + 1))
+        args = (q, k, v, forward.o.to(q.dtype), forward.lse.float(), do)
+        launches, _ = _run_recorded(run, args, dict(causal=True, scale=case.d ** -0.5))
+        if launches is None:
+            return  # the value check reports what went wrong
+        for launch in launches:
+            if split:
+                atomics = [op for op in launch.ops if op[2] == "a"]
+                if atomics:
+                    line = atomics[0][3]
+                    raise CheckFailed(
+                        f"{exercise}: on {case.describe()}, {launch.kernel} made {len(atomics)} atomic update(s) "
+                        f"(the first at line {line}). The split design has no atomics at all: each dQ program owns "
+                        f"its query rows, sums dS K over the key blocks in registers, in one fixed order, and "
+                        f"writes its rows once with tl.store. That is what makes two runs give the same bits.")
+            if launch.kernel in _BACKWARD_LAUNCHES:
+                owner, argument = _BACKWARD_LAUNCHES[launch.kernel]
+                found = _visits(launch, owner, argument)
+                if found is not None and (problem := _tile_problem(exercise, case, found, launch.kernel)):
+                    raise CheckFailed(problem)
+
+
+# ------------------------------------------------------------------------------------------------
+# Triton: the matrix units (lesson 05)
+# ------------------------------------------------------------------------------------------------
+
+_SIXTEEN_BIT = ("fp16", "bf16")
+
+
+def _source(launch, line: int) -> str:
+    from course.racecheck import _source as quoted
+    return quoted(launch, line)
+
+
+def matrix_units_triton(exercise: str, fn: Callable[..., Any],
+                        case: Case = Case(40, 72, 16, dtype=torch.float16, seed=51)) -> None:
+    """Lesson 05 (Triton): per key tile a program loads, one tl.dot for S = Q Kᵀ and one for P V, each on
+    16-bit operands when the inputs are 16-bit (what makes tl.dot a tensor-core instruction on a GPU)."""
+    run = interpreted(fn)
+    q, k, v = case.tensors()
+    launches, _ = _run_recorded(run, (q, k, v), {})
+    if not launches:
+        return
+    for launch in launches:
+        constants = launch.constants
+        block_n, block_d = constants.get("BLOCK_N"), constants.get("BLOCK_D")
+        rows = _rows_loaded(launch, "k_ptr")
+        if rows is None or not isinstance(block_n, int) or not isinstance(block_d, int):
+            continue
+        dots: dict[tuple[int, int, int], list] = defaultdict(list)
+        for dot in launch.dots:
+            dots[dot[0]].append(dot)
+        block_m = constants.get("BLOCK_M")
+        for program in sorted(rows):
+            tiles = len({r // block_n for r in rows[program]})
+            mine = dots.get(program, [])
+            scores = [d for d in mine if len(d[2]) == 2 and d[2][1] == block_d and d[3][1] == block_n]
+            values = [d for d in mine if len(d[2]) == 2 and d[2][1] == block_n and d[3][1] == block_d]
+            who = f"program {program}"
+            if isinstance(block_m, int):
+                r0 = program[0] * block_m
+                who = f"the program for query rows {r0}–{min(case.n_q, r0 + block_m) - 1}"
+            where = (f"{exercise}: on {case.describe()}, {who} loaded {tiles} key "
+                     f"tile{'s' if tiles != 1 else ''}")
+            for name, found, how in (("S = Q Kᵀ", scores, "s = tl.dot(q, kT)"),
+                                     ("O += P V", values, "acc = tl.dot(p.to(v.dtype), v, acc)")):
+                if len(found) < tiles:
+                    raise CheckFailed(
+                        f"{where} but made {len(found)} tl.dot call{'s' if len(found) != 1 else ''} for {name}: that product was computed "
+                        f"another way (a broadcast product summed with tl.sum, say), which a GPU runs on its "
+                        f"ordinary FMA units, not its tensor cores. Both products of every tile go through tl.dot: "
+                        f"{how}.")
+            wide = [d for d in scores + values if d[4] not in _SIXTEEN_BIT or d[5] not in _SIXTEEN_BIT]
+            if case.dtype in (torch.float16, torch.bfloat16) and wide:
+                d = wide[0]
+                raise CheckFailed(
+                    f"{where}; its tl.dot at {_source(launch, d[1])} multiplied {d[4]} by {d[5]} tiles although the "
+                    f"inputs are "
+                    f"{str(case.dtype).replace('torch.', '')}. Tensor cores multiply 16-bit operands (fp16 in, fp32 "
+                    f"accumulate); with a float32 operand the product runs at a fraction of their speed, or on the "
+                    f"FMA units. Keep the Q, K and V tiles as loaded, and cast P right before P·V: p.to(v.dtype).")
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA C and Metal: the bytes of K each launch loaded (counters mode of the CPU runtime)
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _SimtProbe:
+    block_m: int
+    block_n: int
+    cases: tuple[Case, ...]
+
+
+# Each probe has exactly one block with tiles to skip (the others see every key tile they load), so the
+# extra bytes of K belong to that block and name its tiles.
+SIMT_PROBES = {
+    "06.causal_cuda": _SimtProbe(32, 16, (Case(64, 64, 16, causal=True, dtype=torch.float16, seed=64),
+                                          Case(64, 40, 16, causal=True, dtype=torch.float16, seed=65),
+                                          Case(40, 88, 16, causal=True, dtype=torch.float16, seed=66))),
+    "05.mma_metal": _SimtProbe(16, 16, (Case(32, 32, 16, causal=True, dtype=torch.float16, seed=54),
+                                        Case(32, 20, 16, causal=True, dtype=torch.float16, seed=55),
+                                        Case(24, 56, 16, causal=True, dtype=torch.float16, seed=56))),
+}
+
+
+def _simt_forward(exercise: str, module, block_m: int, block_n: int) -> Callable[..., Any]:
+    from course.tracks import cuda, metal
+    from course.tracks.common import Tiles
+    tiles = Tiles(block_m, block_n)
+    if module.language == "cuda":
+        return cuda.attention_function(module, exercise, tiles)
+    return lambda q, k, v, causal=False: metal.FORWARD[exercise](module, q, k, v, causal, tiles=tiles)
+
+
+def _key_bytes(fn: Callable[..., Any], case: Case) -> int | None:
+    """Bytes of K the launches of ``fn`` on ``case`` loaded, or None when it did not run to the end."""
+    from course.simt.kernel import collect_counters
+    q, k, v = case.tensors()
+    try:
+        with collect_counters() as launches:
+            fn(q, k, v, causal=True)
+        return sum(launch.by_tensor.get("k", {}).get("load_bytes", 0) for launch in launches)
+    except Exception:  # noqa: BLE001 - a kernel that fails here fails its value check, which says why
+        return None
+
+
+def _schedules(n_q: int, n_k: int, bm: int, bn: int) -> dict[str, dict[int, set[int]]]:
+    """Per block, the key tiles it loads when its loop is bounded bottom-right (right), top-left, or not at all."""
+    tiles = range(-(-n_k // bn))
+    blocks = range(-(-n_q // bm))
+    return {name: {b: {t for t in tiles if rule(b, t)} for b in blocks} for name, rule in (
+        ("bottom_right", lambda b, t: causal.tile_kind(n_q, n_k, bm, bn, b, t) != "skipped"),
+        ("top_left", lambda b, t: causal.tile_kind(n_q, n_k, bm, bn, b, t, "top_left") != "skipped"),
+        ("every", lambda b, t: True))}
+
+
+def causal_tiles_simt(exercise: str, module) -> None:
+    """Lesson 06 (CUDA C, Metal): the bytes of K a launch loads must be those of the key tiles its blocks see.
+
+    Counters mode counts bytes per buffer, not per block. The bytes are compared with three schedules (the
+    bottom-right bound, a top-left one, no bound at all) and, failing those, with the one block of the
+    probe that has tiles to skip; the sentence names the block and tiles that account for the difference."""
+    probe = SIMT_PROBES[exercise]
+    bm, bn = probe.block_m, probe.block_n
+    fn = _simt_forward(exercise, module, bm, bn)
+    for case in probe.cases:
+        measured = _key_bytes(fn, case)
+        if measured is None:
+            return
+        n_q, n_k = case.n_q, case.n_k
+        per_key = case.d * torch.tensor([], dtype=case.dtype).element_size()
+        tile_bytes = {t: (min(n_k, (t + 1) * bn) - t * bn) * per_key for t in range(-(-n_k // bn))}
+        schedules = _schedules(n_q, n_k, bm, bn)
+        right = schedules["bottom_right"]
+        total = {name: sum(tile_bytes[t] for tiles in s.values() for t in tiles) for name, s in schedules.items()}
+        if measured == total["bottom_right"]:
+            continue
+        where = (f"{exercise}: on {case.describe()}, with {bm} × {bn} tiles, your kernel loaded {measured:,} bytes "
+                 f"of K where the key tiles its blocks see hold {total['bottom_right']:,}")
+        rule = f"query i sees keys j <= {_offset_text(n_q, n_k)}"
+        loaded = next((s for name, s in schedules.items() if name != "bottom_right" and total[name] == measured), None)
+        if loaded is None:  # the one block with tiles to skip, loading a run of them too many or too few
+            extra = measured - total["bottom_right"]
+            b = next(b for b in right if len(right[b]) < len(tile_bytes))
+            order = sorted(set(tile_bytes) - right[b]) if extra > 0 else sorted(right[b], reverse=True)
+            running = 0
+            for i, t in enumerate(order):
+                running += tile_bytes[t]
+                if running == abs(extra):
+                    named = set(order[:i + 1])
+                    loaded = dict(right)
+                    loaded[b] = right[b] | named if extra > 0 else right[b] - named
+                    break
+        if loaded is None:
+            more = "loaded key tiles none of its rows sees" if measured > total["bottom_right"] else \
+                "never loaded key tiles its rows see"
+            raise CheckFailed(f"{where}: some block {more} ({rule}), or loaded a tile more than once. The tile loop "
+                              f"of a block stops after the last key its last row sees.")
+        b = next(b for b in sorted(loaded) if loaded[b] != right[b])
+        r0, r1 = b * bm, min(n_q, (b + 1) * bm) - 1
+        future, missing = loaded[b] - right[b], right[b] - loaded[b]
+        hint = ("" if n_q == n_k or loaded != schedules["top_left"] else
+                "\n  hint: these tiles are those of a mask aligned top-left (j <= i). The course aligns the causal "
+                "mask bottom-right: query i sees keys j <= i + (n_k − n_q), so the loop's bound moves by n_k − n_q too.")
+        if future:
+            last = r1 + n_k - n_q
+            stop = f"after key {last}, the last one its last row sees" if last >= 0 else \
+                "before the first tile: none of its rows sees any key"
+            raise CheckFailed(f"{where}: the block for query rows {r0}–{r1} loaded {_tiles('key', future, bn, n_k)}, "
+                              f"which {_lie(future)} wholly in the future: none of its rows sees any of their keys "
+                              f"({rule}). The tile loop's bound should stop at the diagonal, {stop}.{hint}")
+        raise CheckFailed(f"{where}: the block for query rows {r0}–{r1} never loaded {_tiles('key', missing, bn, n_k)}, "
+                          f"which its rows see ({rule}; its last row, {r1}, sees keys up to "
+                          f"{min(r1 + n_k - n_q, n_k - 1)}): the tile loop's bound stops short of the diagonal.{hint}")
+
+
