@@ -197,4 +197,4 @@ def over_budget(census: Census, operation: str, dtype_bits: int = 16, full_sync:
         f"({step.operations} computed values, storing a block of {math.prod(step.stored_shape) or '?'} tiles); "
         f"DST holds {limit} ({mode}). The simulator runs it, the device's compiler would refuse it.\n"
         "  hint: store fewer tiles per step (a smaller block), or split the expression: store an intermediate "
-        "(P, or the rescale factor) into a dataflow buffer and read it back in the next step.")
+        "(P·V, P or the rescale factor) into a dataflow buffer and read it back in the next step.")

@@ -78,15 +78,14 @@ class CausalPicture:
 
     def summary(self) -> list[str]:
         """The widget's text, one paragraph per entry (plain text)."""
-        c = self.counts
-        total = self.query_tiles * self.key_tiles
         edge = f"j ≤ i {'+' if self.offset >= 0 else '−'} {abs(self.offset)}"
         lines = [
             f"{self.n_q} × {self.n_k} scores in {self.query_tiles} × {self.key_tiles} tiles of "
             f"{self.block_m} × {self.block_n}, {ALIGNMENT_NAMES[self.alignment]} alignment: query i sees key j "
             f"when {edge}.",
-            f"Tiles: {c.skipped} skipped (never loaded), {c.full} full (computed without a mask), "
-            f"{c.diagonal} diagonal (computed, then masked element by element): {c.computed} of {total} computed.",
+            # The counts of each kind are Exercise 3's answer: the picture shows the tiles, the text does not count them.
+            "Tiles: skipped (grey: never loaded), full (blue: computed without a mask), diagonal (orange: computed, "
+            "then masked element by element).",
             f"A kernel that skips tiles does {self.flop_fraction:.1%} of the FLOPs of the full non-causal "
             f"matrix, while {self.visible_fraction:.1%} of the scores are visible "
             f"({self.visible_scores:,} of {self.scores:,}); the difference, "
@@ -189,8 +188,7 @@ def causal_explorer():
         grid.plot(*_staircase(n_q, n_k, picture.offset), color="crimson", lw=1.4)
         grid.set_xlim(0, n_k)
         grid.set_ylim(n_q, 0)
-        handles = [Patch(facecolor=COLOURS[kind], edgecolor="grey", label=f"{kind} ({getattr(picture.counts, kind)})")
-                   for kind in KINDS]
+        handles = [Patch(facecolor=COLOURS[kind], edgecolor="grey", label=kind) for kind in KINDS]
         handles.append(Line2D([], [], color="crimson", lw=1.4, label="mask edge: j = i + offset"))
         if picture.blind_rows:
             handles.append(Patch(facecolor="none", edgecolor="crimson", hatch="xx",

@@ -145,6 +145,10 @@ def hbm_bytes(n: int, d: int, block_m: int, bytes_per_element: int) -> dict[str,
     }
 
 
+USED = dict(facecolor="grey", edgecolor="none", alpha=0.6)
+"""How the explorer greys out the K/V tiles a program has used and dropped (the lesson's prose says "greyed")."""
+
+
 @interactive
 def tiling_explorer(n_q: int = 64, n_k: int = 128, d: int = 16, seed: int = 0, head_dim: int = 64,
                     dtype: str = "float16"):
@@ -165,7 +169,7 @@ def tiling_explorer(n_q: int = 64, n_k: int = 128, d: int = 16, seed: int = 0, h
                              continuous_update=False)
     block_m = w.Dropdown(options=[8, 16, 24, 32], value=16, description="BLOCK_M")
     block_n = w.Dropdown(options=[8, 16, 24, 32], value=16, description="BLOCK_N")
-    log_n = w.Dropdown(options=[(f"{2**p:,}", p) for p in range(8, 17)], value=12, description="N (bytes)")
+    log_n = w.Dropdown(options=[(f"{2**p:,}", p) for p in range(8, 17)], value=12, description="length N")
     text = w.HTML()
 
     def on_block_n(change) -> None:
@@ -197,8 +201,7 @@ def tiling_explorer(n_q: int = 64, n_k: int = 128, d: int = 16, seed: int = 0, h
         grid.add_patch(Rectangle((-0.5, row1 - 0.5), n_k, n_q - row1, **fade))
         grid.add_patch(Rectangle((key1 - 0.5, row0 - 0.5), n_k - key1, row1 - row0, **fade))  # not read yet
         if key0:
-            grid.add_patch(Rectangle((-0.5, row0 - 0.5), key0, row1 - row0, facecolor="grey", edgecolor="dimgrey",
-                                     alpha=0.45, hatch="//"))                   # used and gone
+            grid.add_patch(Rectangle((-0.5, row0 - 0.5), key0, row1 - row0, **USED))  # used and gone
         grid.add_patch(Rectangle((-0.5, row0 - 0.5), n_k, row1 - row0, fill=False, edgecolor="darkorange", lw=2))
         grid.add_patch(Rectangle((key0 - 0.5, row0 - 0.5), key1 - key0, row1 - row0, fill=False,
                                  edgecolor="crimson", lw=3))
@@ -208,8 +211,7 @@ def tiling_explorer(n_q: int = 64, n_k: int = 128, d: int = 16, seed: int = 0, h
             grid.axhline(y - 0.5, color="white", lw=0.4)
         grid.legend(handles=[Patch(fill=False, edgecolor="darkorange", lw=2, label="Q tile (on chip throughout)"),
                              Patch(fill=False, edgecolor="crimson", lw=3, label=f"K/V tile {now.tile} (on chip now)"),
-                             Patch(facecolor="grey", edgecolor="dimgrey", alpha=0.45, hatch="//",
-                                   label="K/V tiles already used"),
+                             Patch(**USED, label="K/V tiles already used (greyed)"),
                              Patch(facecolor="white", edgecolor="lightgrey", label="not read by this program yet")],
                     fontsize=7, loc="lower left", framealpha=0.9)
         grid.set(xlabel="key", ylabel="query row",

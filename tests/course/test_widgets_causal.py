@@ -2,6 +2,8 @@
 pairing against contiguous runs, and the built widget redrawing when its first slider moves."""
 from __future__ import annotations
 
+import re
+
 import itertools
 
 import pytest
@@ -144,10 +146,14 @@ def test_bad_input_is_refused_with_a_sentence(kwargs, word):
     assert message[0].isalpha() and message.endswith(".") and " " in message
 
 
-def test_the_summary_names_the_counts_shares_blind_rows_and_imbalance():
-    lines = causal_picture(6, 4, 4, 3, "bottom_right", 2).summary()
+def test_the_summary_names_the_kinds_shares_blind_rows_and_imbalance_but_not_the_counts():
+    """How many tiles of each kind is Exercise 3's answer: the explorer colours the tiles and does not count them."""
+    picture = causal_picture(6, 4, 4, 3, "bottom_right", 2)
+    lines = picture.summary()
     text = "\n".join(lines)
-    assert "1 skipped" in text and "1 full" in text and "2 diagonal" in text
+    assert (picture.counts.skipped, picture.counts.full, picture.counts.diagonal) == (1, 1, 2)
+    assert "skipped (grey" in text and "full (blue" in text and "diagonal (orange" in text
+    assert not re.search(r"\d+ (skipped|full|diagonal)|of \d+ computed", text), text
     assert f"{20 / 24:.1%}" in text and f"{10 / 24:.1%}" in text
     assert "first 2 query rows see no key" in text and "O = 0" in text and "LSE = −∞" in text
     assert "contiguous [1, 2]" in text and "paired" in text

@@ -9,6 +9,7 @@ import pytest
 from course import roofline
 from course.widgets.base import NotWhileGrading
 from course.roofline import tiled_kernel_bytes
+from course.paths import REPO
 from course.widgets.tiling import hbm_bytes, tiling_explorer, tiling_inputs, tiling_trace
 
 
@@ -155,3 +156,36 @@ def test_the_explorer_steps_through_the_key_tiles(monkeypatch):
     assert slider.max == 5
     slider.value = 5
     assert "keys 120–127" in text.value
+
+
+def test_the_explorer_draws_what_the_lesson_says(monkeypatch):
+    """Lesson 03's prose calls the used K/V tiles "greyed" and the byte plot's menu the length N: the widget draws
+    a grey tint with no hatching, and its menu names a length, not bytes."""
+    import ipywidgets as w
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+    from course.widgets import tiling
+    matplotlib.use("Agg")
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    shown = []
+    monkeypatch.setattr(tiling, "show", lambda fig: shown.append(fig))
+    box = tiling_explorer()
+
+    def controls(widget):
+        for child in getattr(widget, "children", ()):
+            yield child
+            yield from controls(child)
+    found = list(controls(box))
+    slider = next(c for c in found if isinstance(c, w.IntSlider) and c.description == "key tile")
+    slider.value = 2  # two tiles used and gone
+    menus = [c.description for c in found if isinstance(c, w.Dropdown)]
+    assert "length N" in menus and not any("bytes" in m for m in menus), menus
+    scores = shown[-1].axes[0]
+    used = [p for p in scores.patches if p.get_facecolor() == to_rgba("grey", tiling.USED["alpha"])]
+    assert len(used) == 1 and not used[0].get_hatch()
+    labels = [t.get_text() for t in scores.get_legend().get_texts()]
+    assert any("greyed" in label for label in labels), labels
+    prose = (REPO / "solutions/03_tiling/03_tiling.ipynb").read_text()
+    assert "greyed" in prose and "hatched" not in prose and "**length N**" in prose
+    plt.close("all")
