@@ -1,7 +1,9 @@
 """Throwaway nbgrader course directories and the nbgrader commands run in them.
 
 Commands run as child processes: each gets a fresh nbgrader, a crash in one student's grading
-cannot take the batch down, and several students can be graded at once.
+cannot take the batch down, and several students can be graded at once. A batch forks them from a
+process that imported nbgrader once (:mod:`autograder.nbgrader_forks`), which saves each command the
+second Python and nbgrader take to start.
 """
 from __future__ import annotations
 
@@ -10,12 +12,17 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import REPO_ROOT
 from autograder.children import die_with_parent, stop_group, tracked
 from autograder.sandbox.bubblewrap import SandboxSettings
+
+if TYPE_CHECKING:
+    from autograder.nbgrader_forks import NbgraderForks
 
 __all__ = ["COURSE_ID", "KERNELS_VIEW", "BUILD_ARTEFACTS", "IGNORED_FILES", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
 
@@ -108,12 +115,14 @@ class CourseDir:
         shutil.copytree(folder, self.source(assignment), symlinks=True)
 
     def run(self, *args: str, timeout: float | None = None, log_file: Path | None = None,
-            environment: dict[str, str] | None = None) -> CommandResult:
+            environment: dict[str, str] | None = None, forks: "NbgraderForks | None" = None) -> CommandResult:
         """Run ``nbgrader ARGS`` here; on ``timeout`` seconds the command and its kernel are killed.
 
         ``environment`` adds variables (an unsandboxed kernel inherits them). The command dies with
         the process that ran it, where ``setpriv`` can arrange that (see :mod:`autograder.children`),
-        and so do its kernels (see :mod:`autograder.sandbox.bubblewrap`).
+        and so do its kernels (see :mod:`autograder.sandbox.bubblewrap`). With ``forks`` (see
+        :mod:`autograder.nbgrader_forks`) the command is forked from a process that imported nbgrader
+        already, else it starts as a process of its own; it runs the same either way.
         """
         env = dict(os.environ)
         env.update(environment or {})
@@ -122,6 +131,20 @@ class CourseDir:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, [env.get("PATH")])])
         # A user's own ~/.jupyter/nbgrader_config.py must not change what the course releases or grades.
         env["JUPYTER_CONFIG_DIR"] = str(self.root / ".jupyter")
+        if forks is not None and forks.alive:
+            from autograder.nbgrader_forks import ForkServerUnavailable
+            log_path = log_file or self.root / f".nbgrader-{os.getpid()}-{threading.get_ident()}.log"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                forked = forks.start(list(args), self.root, env, log_path)
+            except ForkServerUnavailable:
+                pass  # started as a process of its own below
+            else:
+                timed_out = self._wait(forked, timeout)
+                log = log_path.read_text(errors="replace") if log_path.exists() else ""
+                if log_file is None:
+                    log_path.unlink(missing_ok=True)
+                return CommandResult(forked.returncode if forked.returncode is not None else -9, log, timed_out)
         # nbgrader's own command line, started without imports it never uses (autograder.nbgrader_command).
         command = [sys.executable, "-m", "autograder.nbgrader_command", *args]
         process = subprocess.Popen(
@@ -144,6 +167,20 @@ class CourseDir:
             log_file.parent.mkdir(parents=True, exist_ok=True)
             log_file.write_text(log)
         return CommandResult(process.returncode, log, timed_out)
+
+    @staticmethod
+    def _wait(process, timeout: float | None) -> bool:
+        """Wait for a forked command (see :meth:`run`); whether it ran out of time and was stopped."""
+        with tracked(process):
+            try:
+                process.wait(timeout=timeout)
+                return False
+            except subprocess.TimeoutExpired:
+                stop_group(process)
+                return True
+            finally:
+                if process.poll() is None:  # leaving on an exception (an interrupt): nothing stays behind
+                    stop_group(process)
 
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt)): ?(.*)$")

@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from autograder.coursedir import IGNORED_FILES, KERNELS_VIEW, CommandResult, CourseDir, error_summary
@@ -118,12 +119,36 @@ class ReleaseBundle:
 
 @dataclass
 class PreparedRelease:
-    """A bundle written out on this machine: a template course directory each submission starts from."""
+    """A bundle written out on this machine: a template course directory each submission starts from, and the
+    fork server its nbgrader commands start from (:mod:`autograder.nbgrader_forks`)."""
 
     root: Path
     settings: GradingSettings
     source: dict
     tests: list[TestCell]
+    _forks: Any = field(default=None, repr=False)
+    _forks_tried: bool = field(default=False, repr=False)
+    _forks_lock: Any = field(default_factory=threading.Lock, repr=False)
+
+    def forks(self) -> Any:
+        """The fork server, started on first use; None where it cannot start (commands then start on their own)."""
+        with self._forks_lock:
+            if not self._forks_tried:
+                self._forks_tried = True
+                from autograder.nbgrader_forks import ForkServerUnavailable, NbgraderForks
+                try:
+                    self._forks = NbgraderForks()
+                except ForkServerUnavailable:
+                    self._forks = None
+            return self._forks
+
+    def close(self) -> None:
+        """End the fork server, if it started."""
+        with self._forks_lock:
+            self._forks_tried = True
+            if self._forks is not None:
+                self._forks.close()
+                self._forks = None
 
     def instantiate(self, root: Path) -> CourseDir:
         """A fresh course directory at ``root`` that knows the assignment and shares the template's kernel view."""
@@ -187,7 +212,9 @@ def discard_release(bundle: ReleaseBundle, base: Path) -> None:
     """Forget and delete the template course directory of ``bundle`` under ``base``."""
     base = Path(base).resolve()
     with _prepare_lock:
-        _prepared.pop((bundle.digest, str(base)), None)
+        release = _prepared.pop((bundle.digest, str(base)), None)
+        if release is not None:
+            release.close()
         shutil.rmtree(base / f"release-{bundle.digest[:16]}", ignore_errors=True)
 
 
@@ -265,11 +292,12 @@ def _graded_status(events: list[dict], timeout: int) -> tuple[str, list[str]]:
     return ("graded (" + "; ".join(notes) + ")" if notes else "graded"), crashes
 
 
-def _autograde(course: CourseDir, settings: GradingSettings, student: str) -> tuple[str, str, list[str]]:
+def _autograde(course: CourseDir, settings: GradingSettings, student: str, forks: Any = None
+               ) -> tuple[str, str, list[str]]:
     """(status, tier, crashes) of ``nbgrader autograde`` for the one student of this course directory."""
     run = course.run("autograde", settings.assignment, f"--student={student}", "--force", timeout=settings.wall_limit,
                      log_file=course.root / "logs" / f"autograde-{student}.log",
-                     environment=tier_environment(settings.tier))
+                     environment=tier_environment(settings.tier), forks=forks)
     if not run.ok:
         return f"failed: {_failure_reason(run, settings.timeout, settings.wall_limit)}", "", []
     record = _run_record(course, settings, student)
@@ -414,7 +442,7 @@ def grade_one(task: SubmissionTask, release: PreparedRelease, scratch_parent: Pa
     try:
         course = release.instantiate(scratch / "course")
         _import(course, task, s)
-        status, tier, crashes = _autograde(course, s, student)
+        status, tier, crashes = _autograde(course, s, student, release.forks())
         result = StudentResult(student, 0.0, sum(t.points for t in release.tests), status, tier=tier, crashes=crashes)
         gradebook, messages = None, []
         if status.startswith("graded"):
