@@ -18,7 +18,7 @@ WRONG = [
     WrongSolution(_A, "one_core_attention", "no-max-subtraction",
                   "computes P = exp(S) without subtracting the row maximum, as the seed prototype did",
                   edits=(("p_blk.store(ttl.math.exp(s_blk - ttl.block.broadcast(m_new, dims=[-1], shape=(1, 1))))",
-                          "p_blk.store(ttl.math.exp(s_blk))"),), hint="the max, counted twice"),
+                          "p_blk.store(ttl.math.exp(s_blk))"),), hint="by each row's max, counted twice"),
     WrongSolution(_A, "one_core_attention", "alpha-never-popped",
                   "stores the rescale factor but never waits for it, so its buffer fills and the kernels deadlock",
                   edits=((_ALPHA_STEP, "with p_buf.wait() as p_blk:"), ("alpha_blk * l_old", "l_old"),
