@@ -29,8 +29,8 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from autograder.coursedir import IGNORED_FILES, KERNELS_VIEW, CommandResult, CourseDir, error_summary
 from autograder.grade.gradebook import read_submission

@@ -242,6 +242,30 @@ def test_a_child_whose_parent_died_before_it_started_does_not_run() -> None:
         adopt_orphans(False)
 
 
+# Starts a child in a session of its own (as jupyter_client starts a kernel), says so, and waits.
+_STARTS_A_SESSION = ("import subprocess, sys, time\n"
+                     "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+                     "print('started', flush=True)\ntime.sleep(60)\n")
+
+
+def test_stopping_a_command_kills_what_it_started_in_sessions_of_its_own() -> None:
+    """stop_group kills a command's process group and every process below it: a kernel runs in a session of
+    its own, which killing the group misses (the control)."""
+    from autograder.children import stop_group
+    for how in ("stop_group", "the group alone"):
+        with processes_left_behind(grace=1.0) as left:
+            command = subprocess.Popen([sys.executable, "-c", _STARTS_A_SESSION], stdout=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+            assert command.stdout.readline().strip() == "started"
+            if how == "stop_group":
+                stop_group(command)
+            else:
+                os.killpg(command.pid, signal.SIGKILL)
+                command.wait()
+            command.stdout.close()
+        assert bool(left) == (how != "stop_group"), (how, left)
+
+
 def run_sandboxed(script: str, settings: SandboxSettings, tmp_path: Path) -> subprocess.CompletedProcess:
     """``python -c script`` in the sandbox a kernel gets, without a kernel."""
     workdir, runtime_dir = tmp_path / "work", tmp_path / "run"
