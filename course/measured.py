@@ -397,13 +397,15 @@ def matrix_units_triton(exercise: str, fn: Callable[..., Any],
 
 @dataclass(frozen=True)
 class _SimtProbe:
-    block_m: int
+    block_m: int           # the tiles of the measured kernel (forward: the grading launch's; backward: its #defines)
     block_n: int
     cases: tuple[Case, ...]
+    kernel: str = ""       # the one launch measured ("" for a forward step: all of its one launch)
 
 
-# Each probe has exactly one block with tiles to skip (the others see every key tile they load), so the
-# extra bytes of K belong to that block and name its tiles.
+# Each forward probe has exactly one block with tiles to skip (the others see every key tile they load), so
+# extra bytes of K that fit no whole schedule still name that block's tiles. The split backward's dQ kernel
+# (lesson 07) loads K once per key tile it visits, exactly like a causal forward.
 SIMT_PROBES = {
     "06.causal_cuda": _SimtProbe(32, 16, (Case(64, 64, 16, causal=True, dtype=torch.float16, seed=64),
                                           Case(64, 40, 16, causal=True, dtype=torch.float16, seed=65),
@@ -411,6 +413,10 @@ SIMT_PROBES = {
     "05.mma_metal": _SimtProbe(16, 16, (Case(32, 32, 16, causal=True, dtype=torch.float16, seed=54),
                                         Case(32, 20, 16, causal=True, dtype=torch.float16, seed=55),
                                         Case(24, 56, 16, causal=True, dtype=torch.float16, seed=56))),
+    "07.backward_split_cuda": _SimtProbe(16, 16, (Case(32, 32, 16, causal=True, seed=74),
+                                                  Case(24, 56, 16, causal=True, seed=75)), kernel="backward_dq"),
+    "07.backward_split_metal": _SimtProbe(8, 16, (Case(24, 24, 16, causal=True, seed=76),
+                                                  Case(24, 56, 16, causal=True, seed=77)), kernel="backward_dq"),
 }
 
 
@@ -423,14 +429,31 @@ def _simt_forward(exercise: str, module, block_m: int, block_n: int) -> Callable
     return lambda q, k, v, causal=False: metal.FORWARD[exercise](module, q, k, v, causal, tiles=tiles)
 
 
-def _key_bytes(fn: Callable[..., Any], case: Case) -> int | None:
-    """Bytes of K the launches of ``fn`` on ``case`` loaded, or None when it did not run to the end."""
+def _simt_backward(exercise: str, module) -> Callable[..., Any]:
+    """Lesson 07's split backward of a module, called as ``fn(q, k, v, causal=True)`` (O, LSE, dO made here)."""
+    from course.reference import attention
+    from course.tracks import cuda, metal
+
+    def run(q, k, v, causal=True):
+        forward = attention(q, k, v, causal)
+        do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7))
+        args = (q, k, v, forward.o.float(), forward.lse.float(), do)
+        if module.language == "cuda":
+            return cuda.backward_split(module, *args, causal=causal)
+        return metal.backward_split(module, *args, causal=causal)
+    return run
+
+
+def _key_bytes(fn: Callable[..., Any], case: Case, kernel: str = "") -> int | None:
+    """Bytes of K the launches of ``fn`` on ``case`` loaded (only those of ``kernel`` when it is named), or None
+    when it did not run to the end."""
     from course.simt.kernel import collect_counters
     q, k, v = case.tensors()
     try:
         with collect_counters() as launches:
             fn(q, k, v, causal=True)
-        return sum(launch.by_tensor.get("k", {}).get("load_bytes", 0) for launch in launches)
+        return sum(launch.by_tensor.get("k", {}).get("load_bytes", 0) for launch in launches
+                   if not kernel or launch.kernel == kernel)
     except Exception:  # noqa: BLE001 - a kernel that fails here fails its value check, which says why
         return None
 
@@ -446,16 +469,17 @@ def _schedules(n_q: int, n_k: int, bm: int, bn: int) -> dict[str, dict[int, set[
 
 
 def causal_tiles_simt(exercise: str, module) -> None:
-    """Lesson 06 (CUDA C, Metal): the bytes of K a launch loads must be those of the key tiles its blocks see.
+    """Lesson 06 (CUDA C, Metal) and lesson 07's split dQ kernel: the bytes of K a launch loads must be those of
+    the key tiles its blocks see.
 
     Counters mode counts bytes per buffer, not per block. The bytes are compared with three schedules (the
     bottom-right bound, a top-left one, no bound at all) and, failing those, with the one block of the
     probe that has tiles to skip; the sentence names the block and tiles that account for the difference."""
     probe = SIMT_PROBES[exercise]
     bm, bn = probe.block_m, probe.block_n
-    fn = _simt_forward(exercise, module, bm, bn)
+    fn = _simt_backward(exercise, module) if probe.kernel else _simt_forward(exercise, module, bm, bn)
     for case in probe.cases:
-        measured = _key_bytes(fn, case)
+        measured = _key_bytes(fn, case, probe.kernel)
         if measured is None:
             return
         n_q, n_k = case.n_q, case.n_k
@@ -466,13 +490,15 @@ def causal_tiles_simt(exercise: str, module) -> None:
         total = {name: sum(tile_bytes[t] for tiles in s.values() for t in tiles) for name, s in schedules.items()}
         if measured == total["bottom_right"]:
             continue
-        where = (f"{exercise}: on {case.describe()}, with {bm} × {bn} tiles, your kernel loaded {measured:,} bytes "
+        who = f"your {probe.kernel}" if probe.kernel else "your kernel"
+        where = (f"{exercise}: on {case.describe()}, with {bm} × {bn} tiles, {who} loaded {measured:,} bytes "
                  f"of K where the key tiles its blocks see hold {total['bottom_right']:,}")
         rule = f"query i sees keys j <= {_offset_text(n_q, n_k)}"
         loaded = next((s for name, s in schedules.items() if name != "bottom_right" and total[name] == measured), None)
-        if loaded is None:  # the one block with tiles to skip, loading a run of them too many or too few
+        skipping = [b for b in right if len(right[b]) < len(tile_bytes)]
+        if loaded is None and len(skipping) == 1:  # the one block with tiles to skip: a run too many or too few
             extra = measured - total["bottom_right"]
-            b = next(b for b in right if len(right[b]) < len(tile_bytes))
+            b = skipping[0]
             order = sorted(set(tile_bytes) - right[b]) if extra > 0 else sorted(right[b], reverse=True)
             running = 0
             for i, t in enumerate(order):

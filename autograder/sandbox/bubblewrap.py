@@ -169,7 +169,9 @@ def write_kernels_without_solutions(source: Path, dest: Path, whole: tuple[str, 
             if "BEGIN SOLUTION" in line:
                 inside = True
                 indent = line[: len(line) - len(line.lstrip())]
-                kept.append(f"{indent}{comment} (solution removed for grading)\n")
+                # Python gets a statement, so that a region that was a block's whole body still parses.
+                kept.append(f'{indent}raise NotImplementedError("(solution removed for grading)")\n' if comment == "#"
+                            else f"{indent}{comment} (solution removed for grading)\n")
             elif "END SOLUTION" in line:
                 inside = False
             elif not inside:

@@ -166,8 +166,12 @@ def test_every_file_has_three_mistakes_and_every_edit_names_one_line():
 
 @pytest.mark.parametrize("wrong", WRONG_KERNELS, ids=lambda w: w.id)
 def test_every_wrong_kernel_fails_the_check(wrong):
-    fn = functools.partial(BACKWARD[wrong.kind], wrong.module(), **GRADING_LAUNCH)
+    module = wrong.module()
+    fn = functools.partial(BACKWARD[wrong.kind], module, **GRADING_LAUNCH)
     with pytest.raises(CheckFailed) as failure:
+        if wrong.measured:  # the mistake shows in what the kernel loads, measured first as course.check does
+            from course.measured import causal_tiles_simt
+            causal_tiles_simt(EXERCISE[wrong.kind], module)
         check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES)
     message = str(failure.value)
     assert re.search(wrong.expect, message), message

@@ -73,6 +73,11 @@ WRONG_KERNELS: list[WrongCudaKernel] = [
        hint="without the saved LSE"),
     _W("split", "causal-end-too-early", "stops backward_dq's key loop at the block's first row instead of its last",
        (("min(m0 + BLOCK_M + diag, n_k)", "min(m0 + diag, n_k)"),), expect=r"wrong dq", hint=None),
+    # Right gradients, the future key tiles loaded anyway: measured in the bytes of K backward_dq loads.
+    _W("split", "dq-loop-to-the-end", "runs backward_dq's key loop to n_k, masking the tiles past the diagonal",
+       (("const int n_end = causal ? min(m0 + BLOCK_M + diag, n_k) : n_k;", "const int n_end = n_k;"),),
+       expect=r"backward_dq loaded 4,096 bytes of K(.|\n)*query rows 0–15 loaded key tile 1 \(keys 16–31\), which lies "
+              r"wholly in the future", hint=None, measured=True),
     _W("split", "dq-mask-off-by-one", "masks j < i + diag in backward_dq, unlike the forward pass and backward_dkdv",
        (("if (causal) visible = visible && key <= row + diag;   // mask of backward_dq",
          "if (causal) visible = visible && key < row + diag;   // mask of backward_dq"),), expect=r"wrong dq",

@@ -12,8 +12,8 @@ _ATOMIC = {
     "metal": ("07.backward_atomic_metal", ("non-atomic-dq", "missing-delta", "cas-stores-instead-of-adds")),
 }
 _SPLIT = {
-    "cuda": ("07.backward_split_cuda", ("missing-syncthreads", "missing-delta-in-dq", "causal-end-too-early")),
-    "metal": ("07.backward_split_metal", ("dq-missing-barrier", "dq-causal-end-too-early", "p-without-lse")),
+    "cuda": ("07.backward_split_cuda", ("missing-syncthreads", "missing-delta-in-dq", "dq-loop-to-the-end")),
+    "metal": ("07.backward_split_metal", ("dq-missing-barrier", "dq-loop-to-the-end", "p-without-lse")),
 }
 # dkdv-loop-from-zero gives right gradients in both designs; the checks measure the query blocks it loads.
 _TRITON_ATOMIC = {"triton": ("07.backward_atomic_triton", ("missing-delta", "dkdv-loop-from-zero"))}

@@ -181,6 +181,11 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        "key instead of the last row's",
        (("clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k))", "clamp(int(i0 + 1) + offset, 0, int(n_k))"),),
        expect=r"wrong dq", hint=None),
+    _W("07.backward_split_metal", "dq-loop-to-the-end", "runs backward_dq's key loop to n_k, masking the tiles past "
+       "the diagonal",
+       (("const uint kv_end = causal ? uint(clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k))) : n_k;",
+         "const uint kv_end = n_k;"),),
+       expect=r"wholly in the future", hint=None, measured=True),
     _W("07.backward_split_metal", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
        (("const float p = exp(s * scale - lse_s[i]);", "const float p = exp(s * scale);"),),
        expect=r"wrong d[qkv]|NaN|Inf", hint="without the saved LSE"),
