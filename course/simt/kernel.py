@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,9 +39,17 @@ from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
 __all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS",
-           "collect_counters"]
+           "collect_counters", "boundary_here"]
 
 CHECKS = ("memcheck", "racecheck", "counters")
+# The child that runs a grid puts up a system-call filter first (runtime.cpp, "The boundary around learner
+# code"). Setting this variable to "off" leaves it down: the runtime's own tests do, to show that what the
+# filter stops would otherwise happen. Nothing else should.
+BOUNDARY_SWITCH = "COURSE_SIMT_BOUNDARY"
+# What a learner reads when the filter stopped the child and its handler could not say which call it was.
+REFUSED_SYSCALL = ("the kernel tried to make a system call that device code cannot make: a GPU kernel cannot start "
+                   "processes, open files or use the network, and neither can a kernel on the CPU runtime, which "
+                   "stopped it (the process running it ended with SIGSYS before it could say which call).")
 COUNTER_PATTERNS = 1 << 16  # distinct warp access patterns one counters launch can report
 PRINTF_LIMIT = 1 << 20  # CUDA's default printf FIFO is 1 MiB too
 
@@ -56,6 +66,7 @@ class LaunchResult:
     seconds: float       # time the grid took in the child (not counting fork and copies)
     blocks: int
     counters: Any = None  # with check="counters": a course.simt.counters.KernelCounters
+    boundary: bool = False  # the grid ran behind the system-call filter (docs/simt.md, "The boundary")
 
 
 # Launches inside ``collect_counters()`` run in counters mode and add their counters to its list.
@@ -73,6 +84,48 @@ class collect_counters:
 
     def __exit__(self, *exc) -> None:
         _collectors.remove(self.launches)
+
+
+# The architectures whose system calls the filter knows (runtime.cpp, SIMT_BOUNDARY).
+_FILTERED_MACHINES = ("x86_64", "amd64", "aarch64", "arm64", "riscv64")
+# Puts up a filter that allows everything, in a fresh process: whether this kernel, and whatever sandbox
+# this runs in, let a process put up a seccomp filter at all.
+_PROBE = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+allow = (Insn * 1)(Insn(0x06, 0, 0, 0x7fff0000))  # BPF_RET | BPF_K, SECCOMP_RET_ALLOW
+prog = Prog(1, allow)
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+for args in ((38, 1, None, 0, 0), (22, 2, ctypes.addressof(prog), 0, 0)):  # NO_NEW_PRIVS, SET_SECCOMP
+    if libc.prctl(*args) != 0:
+        sys.exit(ctypes.get_errno() or 1)
+"""
+
+
+def boundary_here() -> tuple[bool, str]:
+    """Whether kernels launched here run behind the system-call filter, and a sentence that says so."""
+    if os.environ.get(BOUNDARY_SWITCH) == "off":
+        return False, (f"the system-call filter around kernels is switched off ({BOUNDARY_SWITCH}=off): a kernel's "
+                       f"native code runs with this user's rights")
+    if not sys.platform.startswith("linux"):
+        return False, ("no system-call filter around kernels on this system (seccomp is Linux's): a kernel's native "
+                       "code runs with this user's rights, so run only kernels you trust")
+    if platform.machine().lower() not in _FILTERED_MACHINES:
+        return False, (f"no system-call filter around kernels on {platform.machine()} (the filter knows x86-64, "
+                       f"aarch64 and riscv64): a kernel's native code runs with this user's rights")
+    try:
+        code = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.SubprocessError):
+        code = -1
+    if code != 0:
+        why = os.strerror(code) if code > 0 else "the probe did not run"
+        return False, (f"this machine refuses a seccomp filter ({why}), so kernels run without the system-call "
+                       f"filter: a kernel's native code runs with this user's rights")
+    return True, "kernels run behind a system-call filter (seccomp): they cannot start processes, open files or use the network"
 
 
 # --- ctypes mirror of SimtLaunchSpec (runtime.cpp) ---
@@ -94,7 +147,8 @@ class _Spec(ctypes.Structure):
                 ("random_schedule", ctypes.c_int32), ("workers", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("preempt_one_in", ctypes.c_uint32),
                 ("printf_limit", ctypes.c_uint64), ("is_metal", ctypes.c_int32),
-                ("counters", ctypes.c_int32), ("counters_capacity", ctypes.c_uint64)]
+                ("counters", ctypes.c_int32), ("counters_capacity", ctypes.c_uint64),
+                ("boundary", ctypes.c_int32)]
 
 
 _NUMPY_CODE = {"f4": np.float32, "f8": np.float64, "h2": np.float16, "i1": np.int8, "i2": np.int16,
@@ -168,6 +222,8 @@ class _Library:
         d.simt_blocks_done.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         d.simt_counters.restype = ctypes.c_void_p
         d.simt_counters.argtypes = [ctypes.c_void_p]
+        d.simt_boundary.restype = ctypes.c_int
+        d.simt_boundary.argtypes = [ctypes.c_void_p]
         d.simt_release.argtypes = [ctypes.c_void_p]
 
     def entry(self, name: str) -> int:
@@ -412,6 +468,7 @@ class RawKernel:
         spec.is_metal = int(lang == "metal")
         spec.counters = int("counters" in checks)
         spec.counters_capacity = COUNTER_PATTERNS if spec.counters else 0
+        spec.boundary = int(os.environ.get(BOUNDARY_SWITCH) != "off")
         names = [self.decl.params[pos].name for pos in self._argument_params() if codes[pos].startswith("p")]
         result = self._run(lib, spec, g, timeout, quiet, names)
         for launches in _collectors:
@@ -431,6 +488,7 @@ class RawKernel:
                     raise KernelLaunchError("could not start the process that runs the kernel")
                 wait_status = self._wait(pid, timeout, lib, handle, blocks)
                 status = lib.dll.simt_collect(handle)
+                boundary = lib.dll.simt_boundary(handle) == 1
                 n, trunc = ctypes.c_uint64(), ctypes.c_int()
                 ptr = lib.dll.simt_printf(handle, ctypes.byref(n), ctypes.byref(trunc))
                 printed = ctypes.string_at(ptr, n.value).decode(errors="replace") if n.value else ""
@@ -447,12 +505,15 @@ class RawKernel:
                     seconds = lib.dll.simt_elapsed_ns(handle) / 1e9
                     if counters is not None:
                         counters.seconds = seconds
-                    return LaunchResult(printf=printed, seconds=seconds, blocks=blocks, counters=counters)
+                    return LaunchResult(printf=printed, seconds=seconds, blocks=blocks, counters=counters,
+                                        boundary=boundary)
                 if status == 2:
                     message = lib.symbolize(lib.dll.simt_error(handle).decode(errors="replace"),
                                             self.module.display_path)
                     raise KernelLaunchError(quote_lines(f"{self.name}: {message}", self.module.code,
                                                         self.module.display_path, self.module.first_line))
+                if os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGSYS:
+                    raise KernelLaunchError(f"{self.name}: {REFUSED_SYSCALL}")
                 output.seek(0)
                 tail = output.read()[-2000:].decode(errors="replace").strip()
                 how = (f"was killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)

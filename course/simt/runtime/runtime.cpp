@@ -40,6 +40,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#if defined(__linux__)
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#endif
+
 #if !defined(__x86_64__) || defined(SIMT_USE_UCONTEXT)
 #define SIMT_UCONTEXT 1
 #ifndef _XOPEN_SOURCE
@@ -173,6 +183,7 @@ struct SimtLaunchSpec {
     int32_t is_metal;
     int32_t counters;             // check="counters": tally warp accesses (checked builds)
     uint64_t counters_capacity;   // distinct access patterns the report can hold
+    int32_t boundary;             // 1: run the grid behind the system-call filter (0 only in the runtime's tests)
 };
 // What counters mode reports (in memory shared with the child). Every access of the kernel is grouped
 // with the accesses of the other lanes of its warp at the same instruction (the k-th time each lane
@@ -215,6 +226,7 @@ struct Report {
     uint64_t elapsed_ns;
     uint64_t printf_len;
     int32_t printf_truncated;
+    int32_t boundary;          // the child's system-call filter: 1 on, 0 not asked for, -errno could not be put up
     char error[kErrorBytes];
     // printf bytes follow
 };
@@ -1210,6 +1222,8 @@ void count_access(Worker &w, Fiber &f, uintptr_t a, size_t bytes, int access, co
 // ------------------------------------------------------------------------------------------------
 // Crashes in the child: turn the fault address into a sentence.
 
+std::string refused_syscall_text(const std::string &who, long nr, const void *pc);
+
 void crash_handler(int sig, siginfo_t *info, void *uctx) {
     const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
     const void *pc = nullptr;
@@ -1250,6 +1264,10 @@ void crash_handler(int sig, siginfo_t *info, void *uctx) {
         msg = who + " divided an integer by zero at " + pc_text(pc) + ".";
     } else if (sig == SIGABRT) {
         msg = who + " aborted (an assert failed?).";
+#if defined(__linux__)
+    } else if (sig == SIGSYS && info->si_code == 1) {  // SYS_SECCOMP: the filter refused a system call
+        msg = refused_syscall_text(who, long(info->si_syscall), pc);
+#endif
     } else {
         msg = who + " stopped with signal " + std::to_string(sig) + " at " + pc_text(pc) + ".";
     }
@@ -1269,6 +1287,296 @@ void install_crash_handlers() {
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The boundary around learner code. A kernel is native code: whatever the compiler driver refuses by
+// name (device_code.py), it can reach any function of the process through a pointer, or make a system
+// call itself. So the child, before any of the kernel's code runs, puts up a seccomp filter that lets
+// through only the system calls the runtime makes: memory (fiber stacks, malloc), the threads of fast
+// mode's workers, signals (the crash reports, abort), the clock, writes to its own stdout and stderr, and
+// leaving. Nothing else reaches the operating system: no process is started, no file opened, renamed or
+// removed, no socket made, no other process signalled or read. A refused call raises SIGSYS, whose
+// handler reports it by name and ends the child; the parent's timeout and the child's parent-death
+// signal make sure nothing outlives the launch. Where seccomp is missing (not Linux, an architecture the
+// filter does not know, a kernel or sandbox that refuses it) the launch runs without it and
+// Report::boundary says why (course doctor says so too).
+
+#if defined(__linux__) && defined(__x86_64__) && defined(AUDIT_ARCH_X86_64)
+#define SIMT_BOUNDARY AUDIT_ARCH_X86_64
+#elif defined(__linux__) && defined(__aarch64__) && defined(AUDIT_ARCH_AARCH64)
+#define SIMT_BOUNDARY AUDIT_ARCH_AARCH64
+#elif defined(__linux__) && defined(__riscv) && __riscv_xlen == 64 && defined(AUDIT_ARCH_RISCV64)
+#define SIMT_BOUNDARY AUDIT_ARCH_RISCV64
+#endif
+
+#ifdef SIMT_BOUNDARY
+
+// The system calls a refusal names, and what each would have done (the rest are named by number).
+struct SyscallName {
+    long nr;
+    const char *name, *what;
+};
+#define SIMT_SYSCALL(n, what) {SYS_##n, #n, what},
+const SyscallName kSyscallNames[] = {
+    SIMT_SYSCALL(execve, "which starts a program") SIMT_SYSCALL(execveat, "which starts a program")
+    SIMT_SYSCALL(clone, "which starts a process") SIMT_SYSCALL(openat, "which opens a file")
+    SIMT_SYSCALL(socket, "which makes a network socket") SIMT_SYSCALL(socketpair, "which makes a socket")
+    SIMT_SYSCALL(connect, "which connects a socket") SIMT_SYSCALL(bind, "which binds a socket")
+    SIMT_SYSCALL(listen, "which listens on a socket") SIMT_SYSCALL(accept, "which accepts a connection")
+    SIMT_SYSCALL(accept4, "which accepts a connection") SIMT_SYSCALL(sendto, "which sends on a socket")
+    SIMT_SYSCALL(sendmsg, "which sends on a socket") SIMT_SYSCALL(recvfrom, "which reads a socket")
+    SIMT_SYSCALL(recvmsg, "which reads a socket") SIMT_SYSCALL(kill, "which signals another process")
+    SIMT_SYSCALL(tkill, "which signals a thread") SIMT_SYSCALL(tgkill, "which signals another process")
+    SIMT_SYSCALL(ptrace, "which controls another process")
+    SIMT_SYSCALL(process_vm_readv, "which reads another process's memory")
+    SIMT_SYSCALL(process_vm_writev, "which writes another process's memory")
+    SIMT_SYSCALL(memfd_create, "which makes a file in memory") SIMT_SYSCALL(linkat, "which links a file")
+    SIMT_SYSCALL(unlinkat, "which removes a file") SIMT_SYSCALL(renameat, "which renames a file")
+    SIMT_SYSCALL(fchmod, "which changes a file's permissions")
+    SIMT_SYSCALL(fchmodat, "which changes a file's permissions") SIMT_SYSCALL(mkdirat, "which makes a folder")
+    SIMT_SYSCALL(symlinkat, "which makes a link") SIMT_SYSCALL(truncate, "which truncates a file")
+    SIMT_SYSCALL(ftruncate, "which truncates a file") SIMT_SYSCALL(mount, "which mounts a file system")
+    SIMT_SYSCALL(read, "which reads a file") SIMT_SYSCALL(pread64, "which reads a file")
+    SIMT_SYSCALL(readv, "which reads a file") SIMT_SYSCALL(write, "which writes to a file")
+    SIMT_SYSCALL(writev, "which writes to a file") SIMT_SYSCALL(pwrite64, "which writes to a file")
+    SIMT_SYSCALL(mmap, "which maps a file into memory") SIMT_SYSCALL(ioctl, "which controls a device")
+    SIMT_SYSCALL(prctl, "which changes the process's settings") SIMT_SYSCALL(seccomp, "which changes the filter")
+    SIMT_SYSCALL(rt_sigaction, "which takes over the signal that reports a refused system call")
+    SIMT_SYSCALL(unshare, "which leaves the process's namespaces") SIMT_SYSCALL(setns, "which enters a namespace")
+    SIMT_SYSCALL(dup, "which copies a file descriptor") SIMT_SYSCALL(dup3, "which copies a file descriptor")
+    SIMT_SYSCALL(close, "which closes a file descriptor") SIMT_SYSCALL(fcntl, "which changes a file descriptor")
+    SIMT_SYSCALL(lseek, "which moves in a file") SIMT_SYSCALL(getdents64, "which lists a folder")
+    SIMT_SYSCALL(newfstatat, "which reads a file's status") SIMT_SYSCALL(fstat, "which reads a file's status")
+    SIMT_SYSCALL(faccessat, "which checks a file") SIMT_SYSCALL(chdir, "which changes folder")
+    SIMT_SYSCALL(pipe2, "which makes a pipe") SIMT_SYSCALL(wait4, "which waits for a process")
+    SIMT_SYSCALL(setsid, "which leaves the process's session") SIMT_SYSCALL(setpgid, "which leaves the process group")
+    SIMT_SYSCALL(shmat, "which attaches shared memory") SIMT_SYSCALL(shmget, "which makes shared memory")
+    SIMT_SYSCALL(bpf, "which loads a BPF program") SIMT_SYSCALL(io_uring_setup, "which sets up io_uring")
+#ifdef SYS_openat2
+    SIMT_SYSCALL(openat2, "which opens a file")
+#endif
+#ifdef SYS_clone3
+    SIMT_SYSCALL(clone3, "which starts a process")
+#endif
+#ifdef SYS_renameat2
+    SIMT_SYSCALL(renameat2, "which renames a file")
+#endif
+#ifdef SYS_pidfd_open
+    SIMT_SYSCALL(pidfd_open, "which reaches another process")
+#endif
+#ifdef SYS_open  // the older calls that newer architectures (aarch64, riscv64) leave out
+    SIMT_SYSCALL(open, "which opens a file") SIMT_SYSCALL(creat, "which creates a file")
+    SIMT_SYSCALL(fork, "which starts a process") SIMT_SYSCALL(vfork, "which starts a process")
+    SIMT_SYSCALL(link, "which links a file") SIMT_SYSCALL(unlink, "which removes a file")
+    SIMT_SYSCALL(rename, "which renames a file") SIMT_SYSCALL(chmod, "which changes a file's permissions")
+    SIMT_SYSCALL(mkdir, "which makes a folder") SIMT_SYSCALL(rmdir, "which removes a folder")
+    SIMT_SYSCALL(symlink, "which makes a link") SIMT_SYSCALL(stat, "which reads a file's status")
+    SIMT_SYSCALL(lstat, "which reads a file's status") SIMT_SYSCALL(access, "which checks a file")
+    SIMT_SYSCALL(pipe, "which makes a pipe") SIMT_SYSCALL(dup2, "which copies a file descriptor")
+    SIMT_SYSCALL(chown, "which changes a file's owner") SIMT_SYSCALL(readlink, "which reads a link")
+    SIMT_SYSCALL(getdents, "which lists a folder")
+#endif
+};
+#undef SIMT_SYSCALL
+
+// A refused system call, as the sentence the learner reads.
+std::string refused_syscall_text(const std::string &who, long nr, const void *pc) {
+    std::string call = "system call number " + std::to_string(nr);
+    for (const SyscallName &s : kSyscallNames)
+        if (s.nr == nr) call = std::string("`") + s.name + "`, " + s.what;
+    std::string at;
+    Dl_info where{};
+    if (g_launch && g_launch->module.dli_fbase && dladdr(pc, &where) && where.dli_fbase == g_launch->module.dli_fbase)
+        at = " at " + pc_text(pc);
+    return who + " tried to make a system call (" + call + ")" + at +
+           " that device code cannot make: a GPU kernel cannot start processes, open files or use the network, "
+           "and neither can a kernel on the CPU runtime, which stopped it there.";
+}
+
+// The only memory this child shares with other processes is its launch's own (buffers, report, counters).
+// A mapping the parent shares with someone else (another launch's buffers, a file a library mapped
+// MAP_SHARED) is unmapped here, so that the kernel cannot write a file, or another process's memory,
+// through it. Done before the filter is up: the list is read from /proc/self/maps, by the PROCMAP_QUERY
+// ioctl (Linux 6.11 on), which steps from one shared mapping to the next, else from its text (about half a
+// millisecond in a process the size of a notebook's).
+struct ProcmapQuery {  // struct procmap_query (linux/fs.h)
+    uint64_t size, query_flags, query_addr, vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+constexpr unsigned long kProcmapQuery = 0xC0686611ul;  // _IOWR('f', 17, struct procmap_query)
+constexpr uint64_t kQueryShared = 0x08, kQueryCoveringOrNext = 0x10;
+
+bool own_mapping(const Launch &L, uintptr_t lo, uintptr_t hi) {
+    auto inside = [&](const void *start, size_t bytes) {
+        return lo >= uintptr_t(start) && hi <= uintptr_t(start) + bytes;
+    };
+    for (const DeviceBuffer &b : L.buffers)
+        if (inside(b.reservation, b.reserved)) return true;
+    return inside(L.report, L.report_bytes) || (L.counters && inside(L.counters, L.counters_bytes));
+}
+
+void drop_shared_mappings(const Launch &L) {
+    const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ProcmapQuery q{};
+    q.size = sizeof q;
+    q.query_flags = kQueryShared | kQueryCoveringOrNext;
+    int rc;
+    while ((rc = ioctl(fd, kProcmapQuery, &q)) == 0) {
+        if (!own_mapping(L, q.vma_start, q.vma_end)) munmap(reinterpret_cast<void *>(q.vma_start), q.vma_end - q.vma_start);
+        q.query_addr = q.vma_end;
+    }
+    if (rc != 0 && errno != ENOENT) {  // no PROCMAP_QUERY: read the text
+        std::string text;
+        char buf[16384];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, size_t(n));
+        for (size_t at = 0; at < text.size();) {
+            size_t end = text.find('\n', at);
+            if (end == std::string::npos) end = text.size();
+            char *p = nullptr;
+            const unsigned long lo = strtoul(text.c_str() + at, &p, 16);
+            const unsigned long hi = *p == '-' ? strtoul(p + 1, &p, 16) : 0;
+            if (p && p[0] == ' ' && p[1] && p[2] && p[3] && p[4] == 's' && !own_mapping(L, lo, hi))
+                munmap(reinterpret_cast<void *>(lo), hi - lo);
+            at = end + 1;
+        }
+    }
+    close(fd);
+}
+
+// A seccomp filter, written as classic BPF: the program sees the architecture, the system call's
+// number and its six arguments (struct seccomp_data), and returns what the kernel should do.
+class Filter {
+  public:
+    std::vector<sock_filter> prog;
+
+    void load(uint32_t offset) { prog.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offset)); }
+    void ret(uint32_t action) { prog.push_back(BPF_STMT(BPF_RET | BPF_K, action)); }
+    void jump(uint16_t op, uint32_t k, uint8_t jt, uint8_t jf) { prog.push_back(BPF_JUMP(BPF_JMP | op | BPF_K, k, jt, jf)); }
+    // The low 32 bits of argument i: every argument the filter looks at is an int or a flag word, which
+    // the kernel truncates to 32 bits itself.
+    static uint32_t arg_low(int i) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        return uint32_t(offsetof(seccomp_data, args) + 8 * i);
+#else
+        return uint32_t(offsetof(seccomp_data, args) + 8 * i + 4);
+#endif
+    }
+    // With the system call's number in A: `action` when it is `nr`.
+    void on(long nr, uint32_t action) {
+        jump(BPF_JEQ, uint32_t(nr), 0, 1);
+        ret(action);
+    }
+    // Allowed when argument `arg` is one of `values`, refused otherwise.
+    void allow_if_arg_in(long nr, int arg, std::initializer_list<uint32_t> values, uint32_t refuse) {
+        const auto m = uint8_t(values.size());
+        jump(BPF_JEQ, uint32_t(nr), 0, uint8_t(m + 3));
+        load(arg_low(arg));
+        uint8_t i = 0;
+        for (uint32_t v : values) jump(BPF_JEQ, v, uint8_t(m - i++), 0);
+        ret(refuse);
+        ret(SECCOMP_RET_ALLOW);
+    }
+};
+
+#ifndef SECCOMP_RET_KILL_PROCESS
+#define SECCOMP_RET_KILL_PROCESS SECCOMP_RET_KILL
+#endif
+
+// Put the filter up in this (single-threaded) child; threads started later inherit it. 1 when it is up,
+// else -errno. `self`: this process's id, the only one it may signal (abort() signals itself).
+int put_up_boundary(pid_t self) {
+    constexpr uint32_t kRefuse = SECCOMP_RET_TRAP;     // SIGSYS, which the crash handler reports
+    constexpr uint32_t kKill = SECCOMP_RET_KILL_PROCESS;
+    Filter f;
+    f.load(offsetof(seccomp_data, arch));
+    f.jump(BPF_JEQ, SIMT_BOUNDARY, 1, 0);
+    f.ret(kKill);  // another architecture's system calls (a 32-bit int 0x80 on x86-64): different numbers
+    f.load(offsetof(seccomp_data, nr));
+#if defined(__x86_64__)
+    f.jump(BPF_JGE, 0x40000000u, 0, 1);  // x32 system calls: same architecture, numbers with bit 30 set
+    f.ret(kKill);
+#endif
+    // Most frequent first: every fiber stack is an mmap and an mprotect.
+    f.allow_if_arg_in(SYS_mmap, 4, {0xffffffffu}, kRefuse);  // anonymous memory only (fd -1), never a file
+    for (long nr : {long(SYS_mprotect), long(SYS_munmap), long(SYS_madvise), long(SYS_brk), long(SYS_mremap),
+                    long(SYS_futex), long(SYS_sched_yield), long(SYS_rt_sigprocmask), long(SYS_rt_sigreturn),
+                    long(SYS_sigaltstack), long(SYS_getpid), long(SYS_gettid), long(SYS_clock_gettime),
+                    long(SYS_clock_getres), long(SYS_clock_nanosleep), long(SYS_nanosleep),
+                    long(SYS_gettimeofday), long(SYS_restart_syscall), long(SYS_set_robust_list),
+                    long(SYS_exit), long(SYS_exit_group)})
+        f.on(nr, SECCOMP_RET_ALLOW);
+#ifdef SYS_rseq
+    f.on(SYS_rseq, SECCOMP_RET_ALLOW);
+#endif
+    // Output: the child's stdout and stderr only (the launch's output file), never a descriptor it
+    // inherited from the notebook or the grader.
+    f.allow_if_arg_in(SYS_write, 0, {1, 2}, kRefuse);
+    f.allow_if_arg_in(SYS_writev, 0, {1, 2}, kRefuse);
+    // Signals: to itself only (abort, raise); and SIGSYS stays the runtime's, so that a refusal is reported.
+    f.allow_if_arg_in(SYS_kill, 0, {uint32_t(self)}, kRefuse);
+    f.allow_if_arg_in(SYS_tgkill, 0, {uint32_t(self)}, kRefuse);
+    f.jump(BPF_JEQ, uint32_t(SYS_rt_sigaction), 0, 4);
+    f.load(Filter::arg_low(0));
+    f.jump(BPF_JEQ, SIGSYS, 0, 1);
+    f.ret(kRefuse);
+    f.ret(SECCOMP_RET_ALLOW);
+    // Threads (fast mode's workers): clone with CLONE_THREAD and no new namespace; a clone that would
+    // start a process is refused. clone3 passes its flags in memory the filter cannot read: "not
+    // implemented" sends the C library back to clone.
+#ifdef SYS_clone3
+    f.on(SYS_clone3, SECCOMP_RET_ERRNO | ENOSYS);
+#endif
+    constexpr uint32_t kNamespaces = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
+                                     CLONE_NEWPID | CLONE_NEWNET;
+    f.jump(BPF_JEQ, uint32_t(SYS_clone), 0, 5);
+    f.load(Filter::arg_low(0));
+    f.jump(BPF_JSET, kNamespaces, 1, 0);
+    f.jump(BPF_JSET, CLONE_THREAD, 1, 0);
+    f.ret(kRefuse);
+    f.ret(SECCOMP_RET_ALLOW);
+    f.ret(kRefuse);  // everything else
+    sock_fprog prog{};
+    prog.len = static_cast<unsigned short>(f.prog.size());
+    prog.filter = f.prog.data();
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) return -errno;
+    return 1;
+}
+
+#else
+
+std::string refused_syscall_text(const std::string &who, long nr, const void *) {
+    return who + " tried to make a system call (number " + std::to_string(nr) +
+           ") that device code cannot make: a GPU kernel cannot start processes, open files or use the network.";
+}
+
+#endif  // SIMT_BOUNDARY
+
+// In the child, before the kernel's code runs: the child dies with the process that launched it, drops
+// the memory it shares with other processes (all but this launch's own), and puts up the filter.
+int enclose_child(Launch &L, pid_t parent) {
+#if defined(__linux__)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(5);  // the parent is already gone
+#else
+    (void)parent;
+#endif
+    struct sigaction sa {};
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSYS, &sa, nullptr);
+    if (!L.spec.boundary) return 0;
+#ifdef SIMT_BOUNDARY
+    drop_shared_mappings(L);
+    return put_up_boundary(getpid());
+#else
+    return -ENOSYS;
+#endif
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1624,6 +1932,7 @@ long simt_start(void *handle, int output_fd) {
     // No fflush before the fork: it would wait for every stdio stream's lock, and another thread of this
     // process (a library logging to a full pipe, say) may hold one for as long as it likes. Nothing
     // buffered here can come out twice: the child leaves by _exit, which flushes nothing.
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid != 0) return pid;
     if (output_fd >= 0) {
@@ -1633,6 +1942,7 @@ long simt_start(void *handle, int output_fd) {
     g_launch = L;
     for (auto &b : L->buffers)
         if (b.spec.readonly) mprotect(b.reservation + kGuard, b.mapped, PROT_READ);
+    L->report->boundary = enclose_child(*L, parent);  // before any of the kernel's code runs
     child_main();
     _exit(0);
 }
@@ -1649,15 +1959,30 @@ int simt_collect(void *handle) {
     return status;
 }
 
-const char *simt_error(void *handle) { return static_cast<simt::Launch *>(handle)->report->error; }
-const char *simt_printf(void *handle, uint64_t *len, int *truncated) {
+// The report is memory the kernel's code could write: what Python reads of it is kept within it.
+const char *simt_error(void *handle) {
     auto *r = static_cast<simt::Launch *>(handle)->report;
-    *len = r->printf_len;
+    r->error[simt::kErrorBytes - 1] = 0;
+    return r->error;
+}
+const char *simt_printf(void *handle, uint64_t *len, int *truncated) {
+    auto *L = static_cast<simt::Launch *>(handle);
+    auto *r = L->report;
+    *len = std::min<uint64_t>(r->printf_len, L->spec.printf_limit);
     *truncated = r->printf_truncated;
     return reinterpret_cast<const char *>(r + 1);
 }
+// Whether the child ran behind the system-call filter: 1, 0 (not asked for), or -errno (not possible here).
+int simt_boundary(void *handle) { return static_cast<simt::Launch *>(handle)->report->boundary; }
 // Counters mode: the header, followed by header->patterns SimtPattern records (null without counters).
-const SimtCounterHeader *simt_counters(void *handle) { return static_cast<simt::Launch *>(handle)->counters; }
+const SimtCounterHeader *simt_counters(void *handle) {
+    auto *L = static_cast<simt::Launch *>(handle);
+    if (L->counters) {
+        L->counters->capacity = L->spec.counters_capacity;
+        L->counters->patterns = std::min(L->counters->patterns, L->counters->capacity);
+    }
+    return L->counters;
+}
 uint64_t simt_elapsed_ns(void *handle) { return static_cast<simt::Launch *>(handle)->report->elapsed_ns; }
 uint32_t simt_blocks_done(void *handle, uint32_t *running) {
     auto *r = static_cast<simt::Launch *>(handle)->report;
