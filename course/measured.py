@@ -122,6 +122,13 @@ def interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
     return functools.partial(found, **keywords) if keywords else found
 
 
+def _device():
+    """The tier's device: the interpreter copies GPU tensors to the host for the run and back (the GPU tier), and
+    on the CPU tier the tensors are made as every Triton launch's are, so the GPU's device rules hold for them."""
+    from course import tiers
+    return tiers.device()
+
+
 def _run_recorded(fn: Callable[..., Any], args: tuple, kwargs: dict):
     """(launches, None) after running ``fn`` under the interpreter's checks, (None, OutOfBounds) when an
     access left its tensor, (None, None) when ``fn`` failed otherwise (the value check reports that)."""
@@ -282,7 +289,7 @@ def causal_tiles_triton(exercise: str, fn: Callable[..., Any], probes: Iterable[
     """Lesson 06 (Triton): on each probe, every program must load exactly the key tiles its rows see."""
     run = interpreted(fn)
     for case in probes:
-        q, k, v = case.tensors()
+        q, k, v = case.tensors(_device())
         launches, fault = _run_recorded(run, (q, k, v), dict(causal=True))
         if fault is not None:
             if (text := _bound_overrun(exercise, case, fault, _block_m(run, case))):
@@ -309,7 +316,7 @@ def backward_tiles_triton(exercise: str, fn: Callable[..., Any], split: bool,
         q, k, v = case.tensors()
         forward = attention(q, k, v, True)
         do = torch.randn(q.shape, generator=torch.Generator().manual_seed(case.seed + 1))
-        args = (q, k, v, forward.o.to(q.dtype), forward.lse.float(), do)
+        args = tuple(t.to(_device()) for t in (q, k, v, forward.o.to(q.dtype), forward.lse.float(), do))
         launches, _ = _run_recorded(run, args, dict(causal=True, scale=case.d ** -0.5))
         if launches is None:
             return  # the value check reports what went wrong
@@ -347,7 +354,7 @@ def matrix_units_triton(exercise: str, fn: Callable[..., Any],
     """Lesson 05 (Triton): per key tile a program loads, one tl.dot for S = Q Kᵀ and one for P V, each on
     16-bit operands when the inputs are 16-bit (what makes tl.dot a tensor-core instruction on a GPU)."""
     run = interpreted(fn)
-    q, k, v = case.tensors()
+    q, k, v = case.tensors(_device())
     launches, _ = _run_recorded(run, (q, k, v), {})
     if not launches:
         return

@@ -170,3 +170,16 @@ def test_a_dtype_mismatch_in_tl_dot_is_explained_as_one(tmp_path):
     message = str(info.value)
     assert "rejects your kernel" in message and "they are fp32 and fp16" in message and "p.to(v.dtype)" in message
     assert "PyTorch" not in message
+
+
+def test_the_measurement_runs_under_the_gpus_device_rules(tmp_path):
+    """The tests emulate a GPU machine's device rules on the CPU tier; a measurement's own tensors follow them, so
+    it still measures there (a launch refused for a CPU tensor would leave the lazy kernel unmeasured)."""
+    from course.device_guard import gpu_device_rules
+    lazy = _triton("06.causal_triton", tmp_path, LAZY_06)
+    with gpu_device_rules(), pytest.raises(CheckFailed, match="wholly in the future"):
+        measured.causal_tiles_triton("06.causal_triton", lazy)
+    split_to_the_end = _triton("07.backward_split_triton", tmp_path, (
+        ("end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)", "end_n = n_k"),))
+    with gpu_device_rules(), pytest.raises(CheckFailed, match="wholly in the future"):
+        measured.backward_tiles_triton("07.backward_split_triton", split_to_the_end, split=True)
