@@ -219,6 +219,9 @@ def report(rows: list[Tier] | None = None) -> str:
     for t in rows:
         mark = "yes" if t.available else " - "
         lines.append(f"  [{mark}] {t.name:<{width}}  {t.detail}")
+    if any(t.available and t.name.endswith("on the CPU runtime") for t in rows):
+        from course.simt.kernel import boundary_here  # seccomp around the child that runs a kernel (docs/simt.md)
+        lines += ["", f"CPU runtime: {boundary_here()[1]}."]
     lines += ["", *_lessons_here({t.name: t.available for t in rows})]
     lines += ["", f"Exercises in this process are graded on: {active_tier()}"]
     if triton_interpreted():

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .device_code import policy_digest, refuse_host_symbols, refuse_host_text
+from .device_code import policy_digest, refuse_host_symbols, refuse_host_text, refuse_load_time_code
 from .errors import CourseError, quote_diagnostics, quote_lines
 
 __all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime"]
@@ -297,7 +297,7 @@ def translation_unit(source: str, display_path: str, language: str, kernels: lis
             call = f"::simt::metal::invoke<{kinds}>({k.name}, a)"
         where = f'"{quoted}", {k.line - 1 + first_line}, {closing.get(k.name, 0)}'
         lines.append(f'extern "C" void __simt_entry_{k.name}(void **a) {{ ::simt::kernel_lines({where}); {call}; }}')
-        lines.append(f'extern "C" const char *__simt_sig_{k.name}() {{ return ::simt::signature({k.name}); }}')
+        lines.append(f'extern "C" constexpr auto __simt_sig_{k.name} = ::simt::signature_text({k.name});')
     return "\n".join(lines) + "\n"
 
 
@@ -487,7 +487,12 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
         if refusal:
             raise KernelCompileError(f"{display_path} did not compile:\n"
                                      + quote_lines(refusal, source, display_path, first_line))
-        res = _run([compiler(), "-shared", "-pthread", "-Wl,--no-undefined", str(obj), str(runtime),
+        # Nothing of the learner's runs where the library is loaded (device_code.refuse_load_time_code); the
+        # runtime comes first, so that where both define an inline function, the runtime's copy is the one used.
+        refusal = refuse_load_time_code(obj, runtime, checked, language, _base_name(display_path))
+        if refusal:
+            raise KernelCompileError(f"{display_path} did not compile:\n{refusal}")
+        res = _run([compiler(), "-shared", "-pthread", "-Wl,--no-undefined", str(runtime), str(obj),
                     "-o", str(lib)], f"linking {display_path}")
         if res.returncode != 0:
             raise KernelCompileError(f"{display_path} did not link:\n" + res.stderr[-3000:])

@@ -11,7 +11,11 @@ names the line, on every machine (nvcc need not be installed):
 - in Metal, ``new`` and ``delete`` (Metal has no heap; read from the text, as a compiler may drop them);
 - after the compiler has compiled the kernel, any symbol its object file needs (``nm -u``) that is not
   defined by the course's runtime (``simt::...`` and the checking hooks) nor in ``ALLOWED``: the device
-  functions a kernel may call, and what the course's own headers and the compiler make every object need.
+  functions a kernel may call, and what the course's own headers and the compiler make every object need;
+- code that would run when the library is loaded (a constructor, a computed initial value, an ifunc), and a
+  definition of a function the runtime itself calls (``refuse_load_time_code``): the notebook loads the
+  library, and its process is outside the launch child's system-call filter (docs/simt.md, "The boundary
+  around learner code").
 
 What is judged is what the learner wrote, the same whatever compiler and defaults this machine has: the
 compiler driver turns off the hardening that distributions enable by default (compiler.NEUTRAL_FLAGS), and
@@ -36,7 +40,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "policy_digest", "called_name"]
+__all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "refuse_load_time_code", "policy_digest",
+           "called_name"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -128,7 +133,7 @@ CAN_CALL = {
 
 def policy_digest() -> str:
     """Everything this module allows, as text: part of a build's cache key."""
-    return repr((INCLUDES, sorted(ALLOWED), ALLOWED_PREFIXES, LANGUAGE_ONLY, HEADERS_ONLY))
+    return repr((INCLUDES, sorted(ALLOWED), ALLOWED_PREFIXES, LANGUAGE_ONLY, HEADERS_ONLY, _LOAD_SECTIONS))
 
 
 def _line_of(blanked: str, pos: int, first_line: int) -> int:
@@ -333,3 +338,102 @@ def refuse_host_symbols(obj: Path, runtime: Path, blanked: str, language: str, s
     pos, name = min(refused)
     where = f"line {_line_of(blanked, int(pos), first_line)} of {shown}" if pos != float("inf") else None
     return host_call_sentence(name, where, language, shown)
+
+
+# --- Nothing of the learner's runs where the library is loaded -------------------------------------------
+#
+# The notebook (or the grader) loads the compiled library to launch it, and a library can run code as it is
+# loaded: constructors (a namespace-scope variable whose initial value is computed, an object with a
+# constructor or destructor there, __attribute__((constructor))), code placed in .init, and ifunc resolvers.
+# That code would run in the notebook's process, outside the launch child and its system-call filter
+# (runtime.cpp, "The boundary around learner code"). Device code has none of it: nvcc refuses dynamic
+# initialization of __device__ and __constant__ variables, and a Metal program-scope variable is a constant.
+# So the object may hold no such section, except, in checked builds, the one constructor ThreadSanitizer's
+# instrumentation adds (it calls the runtime's empty __tsan_init). Nor may it define a function the runtime
+# itself calls (`operator new`, `memcpy`, a C++ library function), which would run the learner's code in
+# place of the runtime's wherever the runtime calls it, the parent's side of a launch included; where the
+# two define the same inline function, the runtime is linked first and its copy is the one used.
+
+_LOAD_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
+_SHT_SYMTAB, _SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY = 2, 14, 15, 16
+_STB_GLOBAL, _STT_GNU_IFUNC = 1, 10
+
+
+def _elf(path: Path) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int, bool]], int] | None:
+    """An ELF object's sections (name, type, size) and symbols (name, binding, type, defined), and its
+    pointer size; None when ``path`` is not ELF (macOS's Mach-O)."""
+    import struct
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF":
+        return None
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    if wide:
+        shoff, = struct.unpack_from(order + "Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x3A)
+        header = order + "IIQQQQIIQQ"   # name type flags addr offset size link info addralign entsize
+    else:
+        shoff, = struct.unpack_from(order + "I", data, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
+        header = order + "IIIIIIIIII"
+    first = struct.unpack_from(header, data, shoff)
+    shnum = shnum or first[5]            # more than 0xff00 sections: the count is in section 0
+    shstrndx = first[6] if shstrndx == 0xFFFF else shstrndx
+    raw = [struct.unpack_from(header, data, shoff + i * shentsize) for i in range(shnum)]
+
+    def text(table: int, at: int) -> str:
+        start = raw[table][4] + at
+        return data[start:data.index(b"\0", start)].decode(errors="replace")
+
+    sections = [(text(shstrndx, h[0]), h[1], h[5]) for h in raw]
+    symbols = []
+    for h in raw:
+        if h[1] != _SHT_SYMTAB:
+            continue
+        entry = order + ("IBBHQQ" if wide else "IIIBBH")
+        for k in range(1, h[5] // h[9]):
+            fields = struct.unpack_from(entry, data, h[4] + k * h[9])
+            name, info, shndx = (fields[0], fields[1], fields[3]) if wide else (fields[0], fields[3], fields[5])
+            symbols.append((text(h[6], name), info >> 4, info & 0xF, shndx != 0))
+    return sections, symbols, 8 if wide else 4
+
+
+def _demangled(name: str) -> str:
+    try:
+        out = subprocess.run([_tool("c++filt"), name], capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception:  # no c++filt: the symbol as the object spells it
+        return name
+    return out or name
+
+
+def refuse_load_time_code(obj: Path, runtime: Path, checked: bool, language: str, shown: str) -> str | None:
+    """The sentence refusing code of ``obj`` that would run when its library is loaded, or a function it
+    defines that the runtime calls; None when there is neither (or the objects are not ELF)."""
+    mine, theirs = _elf(obj), _elf(runtime)
+    if mine is None or theirs is None:
+        return None
+    sections, symbols, pointer = mine
+    rule = ("nvcc refuses dynamic initialization of __device__ and __constant__ variables" if language == "cuda"
+            else "a Metal program-scope variable is a constant with a constant initial value")
+    loading = [(name, size) for name, kind, size in sections if size and (
+        kind in (_SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY) or name in (".init", ".fini")
+        or name.startswith(_LOAD_SECTIONS))]
+    sanitizer = (checked and len(loading) == 1 and loading[0][1] == pointer
+                 and re.fullmatch(r"\.init_array\.0*(\d{1,3})", loading[0][0])
+                 and int(loading[0][0].rsplit(".", 1)[1]) <= 100)
+    if loading and not sanitizer:
+        return (f"{shown} has code that would run when the kernel's library is loaded, before any launch and outside "
+                f"it (a variable outside any function whose initial value is computed, an object with a constructor "
+                f"or destructor there, or a function marked constructor or destructor): device code has no such "
+                f"thing ({rule}). Give such a variable a constant initial value, or compute it inside the kernel.")
+    for name, binding, kind, defined in symbols:
+        if defined and kind == _STT_GNU_IFUNC:
+            return (f"{shown} defines `{_demangled(name)}` as an ifunc, whose resolver would run when the kernel's "
+                    f"library is loaded: device code cannot do that. Define it as an ordinary function.")
+    runtime_defines = {name for name, binding, kind, defined in theirs[1] if defined and binding != 0}
+    runtime_calls = {name for name, binding, kind, defined in theirs[1] if not defined and binding != 0 and name}
+    runtime_calls.discard("__simt_extern_shared")  # the compiler driver generates it for the runtime to call
+    for name, binding, kind, defined in symbols:
+        if defined and binding != 0 and (name in runtime_calls or (binding == _STB_GLOBAL and name in runtime_defines)):
+            return (f"{shown} defines `{_demangled(name)}`, which the course's runtime calls itself: a kernel may not "
+                    f"replace it, as the runtime would then run it outside the kernel. Give yours another name.")
+    return None

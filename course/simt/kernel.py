@@ -52,6 +52,7 @@ REFUSED_SYSCALL = ("the kernel tried to make a system call that device code cann
                    "stopped it (the process running it ended with SIGSYS before it could say which call).")
 COUNTER_PATTERNS = 1 << 16  # distinct warp access patterns one counters launch can report
 PRINTF_LIMIT = 1 << 20  # CUDA's default printf FIFO is 1 MiB too
+SIGNATURE_BYTES_PER_PARAM = 48  # simt::kSignaturePerParam (include/simt_invoke.h)
 
 
 class KernelLaunchError(CourseError):
@@ -229,10 +230,12 @@ class _Library:
     def entry(self, name: str) -> int:
         return ctypes.cast(getattr(self.dll, f"__simt_entry_{name}"), ctypes.c_void_p).value  # type: ignore
 
-    def signature(self, name: str) -> list[str]:
-        fn = getattr(self.dll, f"__simt_sig_{name}")
-        fn.restype = ctypes.c_char_p
-        return [t for t in fn().decode().split(";") if t]
+    def signature(self, name: str, params: int) -> list[str]:
+        """The parameters' type codes: data the compiler wrote (simt_invoke.h), read without running any
+        of the library's code."""
+        text = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(self.dll, f"__simt_sig_{name}")),
+                                SIGNATURE_BYTES_PER_PARAM * params + 1)
+        return [t for t in text.split(b"\0", 1)[0].decode(errors="replace").split(";") if t]
 
     def symbolize(self, text: str, source_path: str) -> str:
         """Replace the runtime's ``{pc:OFFSET}`` placeholders with ``line N of file``."""
@@ -439,7 +442,7 @@ class RawKernel:
             raise KernelLaunchError("at most 8 [[threadgroup(n)]] buffers")
 
         lib = self.module._library(checked=bool(checks))
-        codes = lib.signature(self.name)
+        codes = lib.signature(self.name, len(self.decl.params))
         if len(codes) != len(self.decl.params):
             raise KernelLaunchError(f"could not read the parameters of {self.name}")
         keep: list[Any] = []

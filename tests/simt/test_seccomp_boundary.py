@@ -14,6 +14,7 @@ import ctypes
 import mmap
 import os
 import platform
+import re
 import signal
 import sys
 import time
@@ -239,3 +240,55 @@ def test_without_the_filter_every_attack_above_succeeds(module, tmp_path, monkey
     with open(mapped, "r+b") as f, mmap.mmap(f.fileno(), 4096) as shared:
         assert attack(module, "poke", a0=ctypes.addressof(ctypes.c_char.from_buffer(shared))) is None
     assert mapped.read_bytes()[:1] == b"X"
+
+
+# --- Nothing of the learner's runs where the library is loaded ---------------------------------------------
+# The notebook loads the compiled library to launch it: code that runs as a library is loaded would run in
+# the notebook's process, outside the child and its filter. The compiler driver refuses it.
+
+KERNEL = "__global__ void k(float *o) { o[0] = 1.0f; }\n"
+RUNS_AT_LOAD = {
+    "computed initial value": "{call}\nint started = run();\n",
+    "constructor": "{call}\n__attribute__((constructor)) static void early() {{ run(); }}\n",
+    "destructor": "{call}\n__attribute__((destructor)) static void late() {{ run(); }}\n",
+    "object with a constructor": "{call}\nstruct Starter {{ Starter() {{ run(); }} }};\nStarter starter;\n",
+}
+# What each of them calls: system, reached from malloc, with a command that leaves a file behind.
+CALL = ('static int run() {{ return ((int (*)(const char *))((char *)&malloc + {offset}LL))("touch {marker}"); }}')
+
+
+@pytest.mark.parametrize("how", list(RUNS_AT_LOAD))
+@pytest.mark.parametrize("build", ["fast", "checked"])
+def test_code_that_would_run_at_load_is_refused(tmp_path, how, build):
+    marker = tmp_path / "loaded"
+    code = RUNS_AT_LOAD[how].format(call=CALL.format(offset=offset_from_malloc("system"), marker=marker)) + KERNEL
+    with pytest.raises(KernelCompileError, match="has code that would run when the kernel's library is loaded"):
+        RawModule(code=code, name="load.cu", compile_now=build)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("code, said", [
+    ('#include <cstddef>\nvoid *operator new(std::size_t n) { return malloc(n); }\n' + KERNEL,
+     "defines `operator new(unsigned long)`, which the course's runtime calls itself"),
+    ('extern "C" void *memcpy(void *d, const void *s, size_t n) { return d; }\n' + KERNEL,
+     "defines `memcpy`, which the course's runtime calls itself"),
+    ('extern "C" { static void impl() {} static void (*pick())() { return impl; }\n'
+     'void picked() __attribute__((ifunc("pick"))); }\n' + KERNEL, "defines `picked` as an ifunc"),
+    # The parameters' types are data the compiler computes: a specialization that is not constexpr fails.
+    ('struct Evil { float x; };\nnamespace simt { template <> std::size_t put_type_code<Evil>(char *o, std::size_t n) '
+     '{ return n; } }\n__global__ void k(Evil e, float *o) { o[0] = e.x; }\n', "did not compile"),
+], ids=["operator new", "memcpy", "ifunc", "signature"])
+def test_functions_the_runtime_calls_cannot_be_replaced(code, said):
+    with pytest.raises(KernelCompileError, match=re.escape(said)):
+        RawModule(code=code, name="replace.cu")
+
+
+def test_without_the_refusal_a_constructor_runs_in_the_notebook(tmp_path, monkeypatch):
+    """The refusal above is what stops it: without it, loading the library runs the learner's code here."""
+    import course.simt.compiler as compiler
+    monkeypatch.setenv("COURSE_SIMT_CACHE", str(tmp_path / "cache"))  # keep the unchecked build out of the cache
+    monkeypatch.setattr(compiler, "refuse_load_time_code", lambda *args: None)
+    marker = tmp_path / "loaded"
+    code = RUNS_AT_LOAD["constructor"].format(call=CALL.format(offset=offset_from_malloc("system"), marker=marker))
+    RawModule(code=code + KERNEL, name="load.cu")
+    assert marker.exists()

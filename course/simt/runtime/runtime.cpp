@@ -1222,7 +1222,7 @@ void count_access(Worker &w, Fiber &f, uintptr_t a, size_t bytes, int access, co
 // ------------------------------------------------------------------------------------------------
 // Crashes in the child: turn the fault address into a sentence.
 
-std::string refused_syscall_text(const std::string &who, long nr, const void *pc);
+std::string refused_syscall_text(const std::string &who, long nr);
 
 void crash_handler(int sig, siginfo_t *info, void *uctx) {
     const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
@@ -1266,7 +1266,7 @@ void crash_handler(int sig, siginfo_t *info, void *uctx) {
         msg = who + " aborted (an assert failed?).";
 #if defined(__linux__)
     } else if (sig == SIGSYS && info->si_code == 1) {  // SYS_SECCOMP: the filter refused a system call
-        msg = refused_syscall_text(who, long(info->si_syscall), pc);
+        msg = refused_syscall_text(who, long(info->si_syscall));
 #endif
     } else {
         msg = who + " stopped with signal " + std::to_string(sig) + " at " + pc_text(pc) + ".";
@@ -1380,17 +1380,14 @@ const SyscallName kSyscallNames[] = {
 };
 #undef SIMT_SYSCALL
 
-// A refused system call, as the sentence the learner reads.
-std::string refused_syscall_text(const std::string &who, long nr, const void *pc) {
+// A refused system call, as the sentence the learner reads. No source line: the call is made inside the C
+// library function the kernel reached (inline assembly, which would put it in the kernel, is refused).
+std::string refused_syscall_text(const std::string &who, long nr) {
     std::string call = "system call number " + std::to_string(nr);
     for (const SyscallName &s : kSyscallNames)
         if (s.nr == nr) call = std::string("`") + s.name + "`, " + s.what;
-    std::string at;
-    Dl_info where{};
-    if (g_launch && g_launch->module.dli_fbase && dladdr(pc, &where) && where.dli_fbase == g_launch->module.dli_fbase)
-        at = " at " + pc_text(pc);
-    return who + " tried to make a system call (" + call + ")" + at +
-           " that device code cannot make: a GPU kernel cannot start processes, open files or use the network, "
+    return who + " tried to make a system call (" + call +
+           ") that device code cannot make: a GPU kernel cannot start processes, open files or use the network, "
            "and neither can a kernel on the CPU runtime, which stopped it there.";
 }
 
@@ -1549,7 +1546,7 @@ int put_up_boundary(pid_t self) {
 
 #else
 
-std::string refused_syscall_text(const std::string &who, long nr, const void *) {
+std::string refused_syscall_text(const std::string &who, long nr) {
     return who + " tried to make a system call (number " + std::to_string(nr) +
            ") that device code cannot make: a GPU kernel cannot start processes, open files or use the network.";
 }
