@@ -11,6 +11,7 @@ which shows that each test can fail.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import mmap
 import os
 import platform
@@ -163,6 +164,29 @@ def test_raw_system_calls_are_refused(module, tmp_path, call):
         message = attack(module, "syscall", nr=nr, a0=os.getpid())  # kill(the notebook, 0): only asks
     named = {"fork": "fork" if MACHINE == "x86_64" else "clone"}.get(call, call)
     assert message is not None and f"(`{named}`, which" in message and SENTENCE in message, message
+
+
+METAL_ATTACK = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void attack(device float *out [[buffer(0)]], device const uchar *path [[buffer(1)]],
+                   constant long &offset [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+    if (i == 0) out[0] = ((void *(*)(const uchar *, const char *))((char *)&::expf + offset))(path, "w") != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["fast", "checked"])
+def test_metal_kernels_are_behind_the_filter_too(tmp_path, checked):
+    """Metal has no malloc: the C math library's expf is as good a place to start from."""
+    libc, libm = ctypes.CDLL(None), ctypes.CDLL(ctypes.util.find_library("m"))
+    offset = ctypes.cast(libc.fopen, ctypes.c_void_p).value - ctypes.cast(libm.expf, ctypes.c_void_p).value
+    target = tmp_path / "created"
+    path = np.frombuffer(str(target).encode() + b"\0", dtype=np.uint8).copy()
+    kernel = RawModule(code=METAL_ATTACK, language="metal", name="attack.metal").get_function("attack")
+    with pytest.raises(KernelLaunchError, match=re.escape("(`openat`, which opens a file) " + SENTENCE)):
+        kernel((1,), (32,), (np.zeros(1, np.float32), path, np.int64(offset)), check=("memcheck",) if checked else ())
+    assert not target.exists()
 
 
 def test_a_descriptor_the_kernel_inherited_cannot_be_written(module, tmp_path):
