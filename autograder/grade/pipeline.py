@@ -37,7 +37,7 @@ from autograder.coursedir import IGNORED_FILES, CourseDir
 from autograder.grade.one import TIERS, GradingSettings, ReleaseBundle, SubmissionTask, grade_one, \
     discard_release, nbgrader_in_process, prepared_release
 from autograder.grade.record import MANIFEST, PRISTINE_GRADEBOOK, Recorder
-from autograder.grade.report import write_csv
+from autograder.grade.report import INTERRUPTED, write_csv
 from autograder.grade.results import GradingError, StudentResult, TestCell, graded_test_cells
 from autograder.grade.submissions import Submission, SubmissionsError, collect, exercise_ids
 from autograder.sandbox.bubblewrap import SandboxSettings, SandboxUnavailable, kernels_folder, require_sandbox, \
@@ -51,9 +51,6 @@ NO_SANDBOX_WARNING = ("WARNING: --no-sandbox: submissions run unconfined, as you
 
 GPU_NEEDS_NO_SANDBOX = ("grading on the GPU tier needs --no-sandbox: the sandbox binds no GPU device "
                         "(see 'GPUs' in docs/grading.md).")
-
-INTERRUPTED = "not graded yet: the run was interrupted; run the same command again to grade the rest"
-
 
 def _assignment_notebook(solutions: Path, assignment: str) -> Path:
     folder = solutions / assignment

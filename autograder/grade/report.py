@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from autograder.grade.pipeline import StudentResult
 
-__all__ = ["CSV_FIELDS", "write_csv", "summary_table"]
+__all__ = ["CSV_FIELDS", "INTERRUPTED", "write_csv", "summary_table"]
+
+INTERRUPTED = "not graded yet: the run was interrupted; run the same command again to grade the rest"
+"""The status of a student an interrupted run did not reach: no score yet, so the CSV leaves it blank."""
 
 CSV_FIELDS = ["student_id", "assignment", "score", "max_score", "status", "tier", "crashes", "crash_details",
               "recheck", "seconds", "recheck_seconds"]
@@ -31,8 +34,15 @@ def _recheck(r: "StudentResult") -> str:
     return " | ".join(notes)
 
 
+def _not_graded_yet(r: "StudentResult") -> bool:
+    return r.status == INTERRUPTED
+
+
 def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, test_ids: Sequence[str]) -> None:
     """One row per student; one column per graded test cell, blank where the student was not graded.
+
+    A student an interrupted run did not reach has a blank score and blank test cells (a zero would read
+    as a grade to anyone who imports the file before the re-run); its status says it was interrupted.
 
     ``tier`` is the execution tier the notebook was graded on, ``crashes`` how many times its
     kernel crashed or had to be killed (``crash_details`` says where), ``seconds`` the wall time
@@ -44,17 +54,18 @@ def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, t
         writer.writerow([*CSV_FIELDS, *test_ids])
         for r in results:
             graded = r.wall_seconds is not None
-            writer.writerow([r.student_id, assignment, _number(r.score), _number(r.max_score), r.status,
-                             r.tier, len(r.crashes) if graded else "", "; ".join(r.crashes), _recheck(r),
+            pending = _not_graded_yet(r)
+            writer.writerow([r.student_id, assignment, "" if pending else _number(r.score), _number(r.max_score),
+                             r.status, r.tier, len(r.crashes) if graded else "", "; ".join(r.crashes), _recheck(r),
                              _seconds(r.wall_seconds), _seconds(r.recheck_seconds),
-                             *(_number(r.cells.get(test_id)) for test_id in test_ids)])
+                             *("" if pending else _number(r.cells.get(test_id)) for test_id in test_ids)])
 
 
 def summary_table(results: Sequence["StudentResult"]) -> str:
     """A fixed-width table: student, score out of max, time, crashes, tier, status."""
     if not results:
         return "no submissions"
-    rows = [(r.student_id, f"{r.score:g} / {r.max_score:g}",
+    rows = [(r.student_id, f"{'-' if _not_graded_yet(r) else format(r.score, 'g')} / {r.max_score:g}",
              "" if r.wall_seconds is None else f"{r.wall_seconds:.1f} s",
              "" if r.wall_seconds is None else str(len(r.crashes)), r.tier or "-", r.status) for r in results]
     header = ("student", "score", "time", "crashes", "tier", "status")

@@ -117,6 +117,7 @@ def _check_interrupt_and_rerun(here: dict) -> None:
     assert sorted(rows) == STUDENTS
     assert rows[first]["status"] == EXPECTED[first][1]
     assert sorted(s for s, r in rows.items() if r["status"] == INTERRUPTED) == sorted(set(GRADED) - {first})
+    assert all(r["score"] == "" for r in rows.values() if r["status"] == INTERRUPTED), "no score yet, not a 0"
     # The second run grades exactly the students the first did not record, and all is accounted for.
     assert sorted(here["started_again"]) == sorted(set(GRADED) - {first})
     _check_grades(here["results"])
