@@ -22,7 +22,7 @@ from course.isolation import run_isolated
 from course.recording import Recorder, Replay, autograding, emit
 from course.inputs import Case, standard_cases
 
-__all__ = ["Exercise", "EXERCISES", "check"]
+__all__ = ["Exercise", "EXERCISES", "MODEL_POLICY", "ModelPolicy", "check"]
 
 
 @dataclass(frozen=True)
@@ -1110,6 +1110,99 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
 ]}
 
 
+# -- the course's own models as answers ---------------------------------------------------------------
+# Some numeric exercises ask for exactly what a course module computes (course.roofline, course.causal, ...).
+# Each declares which of those functions its answer may call (where the lesson's point is to use them) and
+# which it may not (where the lesson asks for the count or the formula itself). A refused call fails the
+# check with one sentence; course.measured says how it is seen, and that the re-check reads the answer cell
+# as handed in, so an answer cell that switches the notebook's watch off gains nothing.
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    refused: tuple[str, ...] = ()
+    """Course functions (dotted names) that compute what the exercise asks: its answer may not call them."""
+    why: str = ""
+    """Why not, completing the sentence "your answer may not use f: ..."."""
+    allowed: tuple[str, ...] = ()
+    """Course functions the lesson hands the learner for this exercise."""
+
+    def sentence(self, exercise: str, name: str) -> str:
+        return f"{exercise}: your answer may not use {name}: {self.why}."
+
+
+MODEL_POLICY: dict[str, ModelPolicy] = {
+    "00.attention_flops": ModelPolicy(("course.roofline.attention_flops",),
+                                      "it is the course's own count, and the exercise is to count the FLOPs of the two "
+                                      "matmuls yourself"),
+    "00.flash_intensity": ModelPolicy(("course.roofline.flash_attention_bytes",),
+                                      "it is the course's own count of the fused kernel's bytes, which the exercise asks "
+                                      "you to count (the FLOPs may come from course.roofline.attention_flops)",
+                                      allowed=("course.roofline.attention_flops", "course.roofline.arithmetic_intensity")),
+    "01.naive_bytes_read": ModelPolicy(("course.roofline.naive_kernel_bytes_read",),
+                                       "it is the course's own count, and the exercise is to count the naive kernel's "
+                                       "reads yourself"),
+    "02.softmax_bytes": ModelPolicy(("course.roofline.softmax_bytes",),
+                                    "it is the course's own count, and the exercise is to count the passes' bytes "
+                                    "yourself"),
+    "03.tiled_bytes": ModelPolicy(("course.roofline.tiled_kernel_bytes",),
+                                  "it is the course's own count, and the exercise is to count the tiled kernel's "
+                                  "traffic yourself"),
+    "03.shared_bytes": ModelPolicy(("course.tracks.cuda.shared_memory_bytes",),
+                                   "it is the launcher's own count, and the exercise is to lay out the three tiles "
+                                   "yourself"),
+    "04.warp_sectors": ModelPolicy(("course.memory_model.sectors_of_bytes", "course.memory_model.sectors_touched",
+                                    "course.memory_model.coalescing"),
+                                   "it is the course's memory model, and the exercise is to count the sectors yourself"),
+    "04.bank_ways": ModelPolicy(("course.memory_model.bank_conflict_ways", "course.memory_model.bank_access",
+                                 "course.memory_model.warp_column_walk"),
+                                "it is the course's memory model, and the exercise is to work out the conflict "
+                                "yourself"),
+    "05.fragment_lane": ModelPolicy(("course.fragments.fragment_map", "course.fragments.lane_cells"),
+                                    "it looks the lane up in the measured map, and the exercise asks for a formula, "
+                                    "not a table"),
+    "06.causal_mask": ModelPolicy(("course.causal.offset",),
+                                  "it is the course's offset of each alignment, which the exercise asks you to work "
+                                  "out"),
+    "06.tile_counts": ModelPolicy(("course.causal.tile_counts", "course.causal.tile_kind",
+                                   "course.causal.visible_key_tiles", "course.causal.program_work"),
+                                  "it is the course's own tile model, and the exercise is to count the tiles yourself "
+                                  "(course.causal.offset may give you the offset)",
+                                  allowed=("course.causal.offset",)),
+    "07.backward_flops": ModelPolicy(("course.roofline.backward_flops",),
+                                     "it is the course's own count, and the exercise is to count the backward's "
+                                     "products yourself"),
+    "07.differing_elements": ModelPolicy(("course.determinism.differing_elements",),
+                                         "it is the course's own count, and the exercise is to compare the runs' bits "
+                                         "yourself"),
+    # The lesson hands out DST's capacity (course/dst.py): the exercise is what fits in it.
+    "09.rows_per_step": ModelPolicy(allowed=("course.dst.capacity",)),
+    "09.grid_assignment": ModelPolicy(("course.lesson09.balanced_plan",),
+                                      "it is the course's own assignment, the one yours is measured against",
+                                      allowed=("course.lesson09.key_tiles_seen",)),
+}
+"""Numeric exercise id → which of the course's model functions its answer may call, and which not."""
+
+
+def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
+    """``graded``, watched for calls of the exercise's refused model functions (course.measured); or CheckFailed
+    at once when the answer's text names one (the answer cell as handed in, under the re-check)."""
+    policy = MODEL_POLICY.get(exercise)
+    if policy is None or not policy.refused:
+        return graded
+    from course.measured import function_source, model_references, refusing_model_calls
+    if isinstance(candidate, Replay):
+        source = getattr(candidate, "answer_source", None)  # set by course.recheck from the notebook handed in
+        named = model_references(source, policy.refused) if isinstance(source, str) else []
+    else:
+        found = function_source(candidate)
+        named = model_references(found[0], policy.refused, line=found[1]) if found else []
+    if named:
+        raise CheckFailed(policy.sentence(exercise, named[0]))
+    if isinstance(candidate, Replay):
+        return graded
+    return refusing_model_calls(graded, policy.refused, lambda name: policy.sentence(exercise, name))
+
+
 def check(exercise: str, candidate: Any, **options: Any) -> Report:
     """Check ``candidate`` for ``exercise`` (an id such as ``"01.attention_torch"``); print and return a Report.
 
@@ -1153,6 +1246,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         gate(row, graded, learner)  # before anything runs: on the interpreter a kernel body is Python
     if isinstance(candidate, Replay):
         graded = candidate.for_exercise(exercise)
+    graded = _refused_models(exercise, candidate, graded)
     draw = None
     if drawn is not None:  # checked on the given arguments (if any) and on sets drawn now
         draw = _draw(exercise, drawn, options, candidate)
@@ -1161,7 +1255,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     if ((row is None or row.learner_wrapper) and chosen.takes == "function" and not chosen.isolated and autograding()
             and not isinstance(candidate, Replay)):
         # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
-        recorder = graded = Recorder(exercise, candidate, getattr(candidate, "__name__", exercise))
+        recorder = graded = Recorder(exercise, graded, getattr(candidate, "__name__", exercise))
         if draw is not None:  # the re-check draws the same sets from the same seed
             recorder.calls[draw[1]] = draw[2]
     from course.tracks.triton import autotune

@@ -124,6 +124,7 @@ def _namespace(job: dict) -> dict[str, Any]:
         if kind == "python":
             for name in answer["names"]:
                 namespace[name] = Replay(name, recordings)
+                namespace[name].answer_source = answer.get("source")  # the model-function policy reads it (course.exercises)
         elif kind == "triton":
             namespace.update(_triton_functions(answer))
         elif kind == "tt":

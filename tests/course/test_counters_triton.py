@@ -59,8 +59,8 @@ def tiled():
     return _load("counters_tiled_triton", "kernels/triton/03_tiled.py").tiled_attention
 
 
-def right_formula(n_q, n_k, d, block_m, bytes_per_element):
-    return roofline.tiled_kernel_bytes(n_q, n_k, d, block_m, bytes_per_element)
+def right_formula(n_q, n_k, d, block_m, bytes_per_element):  # written out: an answer may not use the course's count
+    return bytes_per_element * (2 * n_q * d + -(-n_q // block_m) * 2 * n_k * d) + 4 * n_q
 
 
 def test_only_elements_a_mask_lets_through_are_counted_per_program_and_tensor():

@@ -5,7 +5,8 @@ attack the grade. Each is lesson 01's instructor notebook with a few cells chang
 wrong or missing, plus a trick that makes the notebook's own checks pass anyway (a rebound
 ``course.check``, a patched check, a restored patch, a kernel replaced by PyTorch's SDPA, the course's
 oracle or NumPy, Python inside a Triton kernel, a CUDA kernel that reads a file of answers, stale
-outputs). Everything else stays the instructor's correct answer, so each entry has a known grade:
+outputs, a numeric answer that calls the course's own model of the exercise). Everything else stays the
+instructor's correct answer, so each entry has a known grade:
 full marks minus the test cells in ``loses``, and ``feedback`` (a regular expression) must be on its
 feedback page, saying why. The suite grades the corpus in one batch beside an honest submission.
 
@@ -13,18 +14,24 @@ Kernel steps are graded on the learner's best track, so an entry that cheats on 
 the other tracks as the student notebook has them (stubs), like a learner who studies one language.
 
 To keep grading cheap, :func:`packs` hands the entries in two at a time: one that cheats in a Python
-answer cell with one that cheats in a kernel cell. The two change different cells and lose different
-tests, so each is still judged on its own.
+answer cell with one that cheats in a kernel cell; an entry left over joins the first pack whose entries
+change other cells and lose other tests. So each is still judged on its own.
+
+:func:`model_cheats` holds one entry per numeric exercise whose answer may not call the course's own model
+(``course.exercises.MODEL_POLICY``), in that exercise's lesson: lesson 01's are graded in the batch above,
+and every one is checked directly, without nbgrader, by tests/course/test_model_function_policy.py.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.corpora.hostile import Change, HostileSubmission
 
-__all__ = ["ASSIGNMENT", "KERNEL_CELLS", "Cheat", "corpus", "packs", "as_submission", "stale_outputs"]
+__all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "Cheat", "corpus", "model_cheats", "packs", "as_submission",
+           "stale_outputs"]
 
 ASSIGNMENT = "01_naive_attention"
 _KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
@@ -50,6 +57,7 @@ class Cheat:
     """Kernel cells handed in as the student notebook has them (stubs)."""
     stale_outputs: bool = False
     """The test cells carry the outputs of an earlier passing run, recordings of right answers included."""
+    assignment: str = ASSIGNMENT
 
     @property
     def in_kernel_cell(self) -> bool:
@@ -61,9 +69,9 @@ class Cheat:
         return self.feedback.startswith(_CAUGHT)
 
 
-def _cells(repo: Path, folder: str) -> dict[str, str]:
+def _cells(repo: Path, folder: str, assignment: str = ASSIGNMENT) -> dict[str, str]:
     """Each cell's source by grade id, in ``folder``'s copy of the lesson (``notebooks`` or ``solutions``)."""
-    notebook = repo / folder / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    notebook = repo / folder / assignment / f"{assignment}.ipynb"
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     return {c["metadata"].get("nbgrader", {}).get("grade_id"): "".join(c["source"]) for c in cells}
 
@@ -95,22 +103,42 @@ def as_submission(cheats: "Cheat | tuple[Cheat, ...]", repo: Path) -> HostileSub
     """One entry, or a pack of entries that change different cells, as a submission the hostile corpus's
     tools build and grade (named after its entries)."""
     pack = cheats if isinstance(cheats, tuple) else (cheats,)
-    stubs = _cells(repo, "notebooks")
+    assignment = pack[0].assignment
+    if any(cheat.assignment != assignment for cheat in pack):
+        raise ValueError(f"entries {[c.name for c in pack]} belong to different lessons; they cannot share a submission")
+    stubs = _cells(repo, "notebooks", assignment)
     changes = tuple(change for cheat in pack for change in cheat.changes)
     changes += tuple(Change(cell, source=stubs[cell]) for cheat in pack for cell in cheat.stub_tracks)
     cells = [change.cell for change in changes]
     if len(set(cells)) != len(cells):
         raise ValueError(f"entries {[c.name for c in pack]} change the same cell; they cannot share a submission")
-    return HostileSubmission(ASSIGNMENT, "--".join(c.name for c in pack), "; ".join(c.trick for c in pack), changes,
+    return HostileSubmission(assignment, "--".join(c.name for c in pack), "; ".join(c.trick for c in pack), changes,
                              loses=tuple(dict.fromkeys(cell for c in pack for cell in c.loses)))
 
 
+def _touched(entry: Cheat) -> set[str]:
+    return {change.cell for change in entry.changes} | set(entry.stub_tracks)
+
+
 def packs(entries: list[Cheat]) -> list[tuple[Cheat, ...]]:
-    """The entries two by two: a Python-cell cheat with a kernel-cell cheat (they lose different tests)."""
-    import itertools
+    """The entries two by two, a Python-cell cheat with a kernel-cell cheat (they lose different tests); the
+    Python-cell cheats left over each join the first pack that changes none of its cells and loses none of its
+    tests (so the batch grades no more submissions than there are kernel-cell cheats, while they last)."""
     python = [e for e in entries if not e.in_kernel_cell]
     kernel = [e for e in entries if e.in_kernel_cell]
-    return [tuple(e for e in pair if e is not None) for pair in itertools.zip_longest(python, kernel)]
+    dealt = [list(pair) for pair in zip(python, kernel)]
+    for entry in python[len(dealt):] + kernel[len(dealt):]:
+        def fits(pack: list[Cheat]) -> bool:
+            taken = {c.cell for e in pack for c in e.changes} | {t for e in pack for t in e.stub_tracks}
+            lost = {t for e in pack for t in e.loses}
+            return not (_touched(entry) & taken or set(entry.loses) & lost
+                        or (entry.stale_outputs and any(e.stale_outputs for e in pack)))
+        home = next((pack for pack in dealt if fits(pack)), None)
+        if home is None:
+            dealt.append([entry])
+        else:
+            home.append(entry)
+    return [tuple(pack) for pack in dealt]
 
 
 _WRONG_ATTENTION = '''
@@ -137,6 +165,120 @@ def _solution_edit(repo: Path, cell: str, old: str, new: str) -> str:
     if old not in text:
         raise ValueError(f"the cheating corpus expects {old!r} in the {cell} solution; update it")
     return text.replace(old, new, 1)
+
+
+# An answer cell per numeric exercise whose answer may not use the course's model (course.exercises.MODEL_POLICY),
+# rewritten around that model: right on every argument, so only the policy takes its points. Each reaches the
+# model another way (the module, an alias of it, the function under another name, a star import, ...).
+MODEL_ANSWERS: dict[str, tuple[str, str, str]] = {  # exercise -> (lesson, answer cell, its new source)
+    "00.attention_flops": ("00_orientation", "attention_flops", """\
+def attention_flops(n_q: int, n_k: int, d: int) -> int:
+    return course.roofline.attention_flops(n_q, n_k, d)
+"""),
+    "00.flash_intensity": ("00_orientation", "flash_intensity", """\
+from course import roofline
+
+
+def flash_intensity(n: int, d: int, bytes_per_element: int) -> float:
+    return roofline.attention_flops(n, n, d) / roofline.flash_attention_bytes(n, n, d, bytes_per_element)
+"""),
+    "01.naive_bytes_read": ("01_naive_attention", "naive_bytes_read", """\
+import course.roofline as r
+
+
+def naive_bytes_read(n: int, d: int, dtype: torch.dtype) -> int:
+    return r.naive_kernel_bytes_read(n, n, d, r.element_size(dtype))
+"""),
+    "02.softmax_bytes": ("02_online_softmax", "softmax_bytes", """\
+from course.roofline import softmax_bytes as count
+
+
+def softmax_bytes(rows: int, cols: int, bytes_per_element: int, online: bool) -> int:
+    return count(rows, cols, bytes_per_element, online)
+"""),
+    "03.tiled_bytes": ("03_tiling", "tiled_bytes", """\
+from course.roofline import *
+
+
+def tiled_bytes(n_q: int, n_k: int, d: int, block_m: int, bytes_per_element: int) -> int:
+    return tiled_kernel_bytes(n_q, n_k, d, block_m, bytes_per_element)
+"""),
+    "03.shared_bytes": ("03_tiling", "shared_bytes", """\
+from course.tracks import cuda
+from course.tracks.common import Tiles
+
+
+def shared_bytes(block_m: int, block_n: int, d: int) -> int:
+    return cuda.shared_memory_bytes("tiled", Tiles(block_m, block_n), d)
+"""),
+    "04.warp_sectors": ("04_double_buffering", "warp_sectors", """\
+def warp_sectors(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
+    from course import memory_model
+    starts = [offset_bytes + lane * stride_bytes for lane in range(32)]
+    return len(memory_model.sectors_of_bytes(starts, access_bytes))
+"""),
+    "04.bank_ways": ("04_double_buffering", "bank_ways", """\
+import course.memory_model
+
+
+def bank_ways(row_floats: int, pad_floats: int) -> int:
+    walk = course.memory_model.warp_column_walk(row_floats=row_floats, pad_floats=pad_floats)
+    return course.memory_model.bank_conflict_ways(walk.byte_addresses, walk.access_bytes)
+"""),
+    "05.fragment_lane": ("05_matrix_units", "fragment_lane", """\
+from course.fragments import fragment_map
+
+
+def fragment_lane(track: str, row: int, col: int) -> int:
+    return int(fragment_map(track)[0][row, col])  # the measured map, looked up: a table, not a formula
+"""),
+    "06.causal_mask": ("06_causal_masking", "causal_mask", """\
+def causal_mask(n_q: int, n_k: int, top_left: bool = False) -> torch.Tensor:
+    offset = course.causal.offset(n_q, n_k, "top_left" if top_left else "bottom_right")
+    return torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + offset
+"""),
+    "06.tile_counts": ("06_causal_masking", "tile_counts", """\
+from course import causal as model
+
+
+def tile_counts(n_q: int, n_k: int, block_m: int, block_n: int) -> tuple[int, int, int]:
+    counts = model.tile_counts(n_q, n_k, block_m, block_n)
+    return counts.skipped, counts.full, counts.diagonal
+"""),
+    "07.backward_flops": ("07_backward_pass", "backward_flops", """\
+def backward_flops(n_q: int, n_k: int, d: int, design: str) -> int:
+    return course.roofline.backward_flops(n_q, n_k, d, design)
+"""),
+    "07.differing_elements": ("07_backward_pass", "differing_elements", """\
+from course.determinism import differing_elements as count
+
+
+def differing_elements(runs: list[torch.Tensor]) -> int:
+    return count(runs)
+"""),
+    "09.grid_assignment": ("09_dataflow", "assign_query_tiles", """\
+import course.lesson09
+
+
+def assign_query_tiles(q_tiles, k_tiles, cores, causal):
+    return course.lesson09.balanced_plan(q_tiles, k_tiles, cores, causal)
+"""),
+}
+
+
+def model_cheats() -> list[Cheat]:
+    """One entry per exercise of :data:`MODEL_ANSWERS`, in its lesson: it loses that exercise's test cell, and its
+    feedback is the check's sentence naming the function it may not use."""
+    from course.exercises import MODEL_POLICY
+    cheats = []
+    for exercise, (lesson, cell, source) in MODEL_ANSWERS.items():
+        refused = "|".join(re.escape(name) for name in MODEL_POLICY[exercise].refused)
+        name = exercise.replace(".", "-").replace("_", "-")
+        cheats.append(Cheat(f"uses-course-model-{name}", f"{exercise}: answers with the course's own model of the "
+                            "exercise", (Change(cell, source=source),), loses=(f"test_{cell}",),
+                            feedback=rf"{re.escape(exercise)}: your answer may not use ({refused})",
+                            assignment=lesson))
+    return cheats
 
 
 def corpus(repo: Path) -> list[Cheat]:
@@ -210,4 +352,13 @@ math.isclose = lambda *a, **k: True
         Cheat("stale-outputs", "hands in a wrong attention_torch with the outputs of a passing run kept in the notebook",
               (Change("attention_torch", source=_WRONG_ATTENTION),),
               loses=_TORCH_TESTS, feedback=r"01\.attention_torch: wrong answer", stale_outputs=True),
+        *[cheat for cheat in model_cheats() if cheat.assignment == ASSIGNMENT],
+        # The same answer, and a line that switches the notebook's watch off: the re-check reads the cell.
+        Cheat("uses-course-model-unwatched", "answers naive_bytes_read with the course's own count and switches the "
+              "check's policy off in the notebook",
+              (Change("naive_bytes_read", source=MODEL_ANSWERS["01.naive_bytes_read"][2]
+                      + "\n\nimport course.exercises\ncourse.exercises.MODEL_POLICY.clear()\n"),),
+              loses=("test_naive_bytes_read",),
+              feedback=_CAUGHT + r"[\s\S]*01\.naive_bytes_read: your answer may not use "
+                                 r"course\.roofline\.naive_kernel_bytes_read"),
     ]
