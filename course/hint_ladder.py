@@ -350,10 +350,10 @@ LADDERS: dict[str, Ladder] = {ladder.exercise: ladder for ladder in [
             "`o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)`; "
             "`ctx.save_for_backward(q, k, v, o, lse)`; keep causal, scale and the dq_mode (\"split\" when "
             "deterministic) on ctx. Never P.",
-            "backward(ctx, do): restore what forward saved (`q, k, v, o, lse = ctx.saved_tensors`), expand K and V "
-            "over the query heads (`t.repeat_interleave(group, dim=1)`, group = "
-            "H / H_kv), call `_backward.attention_backward_bhnd`, sum dK and dV over each group (view as (B, H_kv, "
-            "group, N, D) and sum over dim 2), and return dq, dk, dv, None, None, None."),
+            "backward(ctx, do): restore what forward saved (`q, k, v, o, lse = ctx.saved_tensors`), call "
+            "`_backward.attention_backward_bhnd` with K and V as saved (their own H_kv heads: the kernels map query "
+            "head h to K/V head h // (H / H_kv) and sum dK, dV over each group), and return dq, dk, dv, None, None, "
+            "None."),
     _ladder("08.training",
             "The training run uses your flash_attention as it is: if the operator check passes, this one should too. "
             "Which step's loss differs first?",

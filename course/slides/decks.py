@@ -334,8 +334,8 @@ FILES: dict[str, tuple] = {
              Step("atomic or split dQ", match(r"dq_mode")),
              function="FlashAttention.forward"),
         code(_T + "08_flash_attention.py", None,
-             Step("lesson 07's backward, K/V heads expanded", match(r"_backward\.|_expand_heads")),
-             Step("gradients summed back per K/V head", match(r"_sum_groups")),
+             Step("lesson 07's backward, K/V with their own heads", match(r"_backward\.")),
+             Step("dK, dV summed per K/V head by the kernels", match(r"return dq, dk, dv")),
              function="FlashAttention.backward"),
     ),
     # Lesson 09

@@ -22,7 +22,10 @@ Which kernels apply where:
 * 03 tiled, 04 pipelined, 05 tensor cores: forward, non-causal (they have no mask).
 * 06 causal: forward, causal and not.
 * 08 flash_attention: forward and forward + backward, causal and not (its backward is lesson 07's,
-  with the atomic dQ; lesson 07 has no row of its own).
+  with the atomic dQ; lesson 07 has no row of its own). The benchmark autotunes both: the forward over
+  lesson 06's list, the backward's dK/dV and dQ kernels over lesson 07's ``tuning_configs``, with the
+  float32 dQ buffer zeroed before every timed trial (``reset_to_zero``), so trials never add into the
+  result. Which config wins, and by how much, has not been measured: no GPU was available.
 * Lesson 01's naive kernel and lesson 02's one-sweep kernel are left out: they take a single (N, D)
   head and every query row reads all of K and V (01 reads K twice), so beyond small N they take
   minutes, not milliseconds.
@@ -394,7 +397,8 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         "- `vs SDPA` and `vs previous` are speed ratios (their time / this kernel's time): above 1 is faster. "
         "The previous lesson is the latest earlier lesson measured on the same shape.",
         "- Lessons 03-05 have no mask, so they run forward non-causal only; 06 runs forward; 08 (06's forward with "
-        "07's backward, atomic dQ, as an autograd Function) runs everything. Lesson 07 has no row of its own: it is "
+        "07's backward, atomic dQ, as an autograd Function; both autotuned, the dQ buffer zeroed before every "
+        "trial) runs everything. Lesson 07 has no row of its own: it is "
         "the backward inside 08's forward + backward time.",
         "- Lesson 01's naive kernel and lesson 02's one-sweep kernel are not in the tables: they take one (N, D) head "
         "and every query row reads all of K and V (lesson 01 reads K twice), so beyond small N a single call takes "

@@ -82,7 +82,12 @@ class Matrix:
     causal: tuple[bool, ...] = (False, True)
     targets: tuple[int, ...] = TARGETS
     gqa: bool = False
-    """Also the grouped-query launch of the lesson-06 kernel that lesson 08's operator makes (H_kv < H)."""
+    """Also the grouped-query launches of the lesson-06 and lesson-07 kernels that lesson 08's operator makes
+    (H_kv < H)."""
+    tuned: bool = False
+    """Call the wrappers inside course.tracks.triton.autotune(), as a benchmark does: the launches go to the
+    autotuners (lessons 04-07), whose configs are compiled (the first that fits, or with all_configs every one).
+    False: the check configs, what every check runs."""
     all_configs: bool = False
     """False: the config a GPU ends up with first: the first one its autotuner keeps after pruning
     that fits in shared memory. True: every config the autotuner keeps."""
@@ -92,7 +97,7 @@ class Matrix:
 
 
 DEFAULT = Matrix()
-FULL = Matrix(head_dims=(40, 64, 128), head_dims_by_dtype=(), all_configs=True)
+FULL = Matrix(head_dims=(40, 64, 128), head_dims_by_dtype=(), all_configs=True, tuned=True)
 
 
 @dataclass
@@ -356,7 +361,7 @@ def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
             if lesson in ("06_causal", "07_backward"):
                 for causal in m.causal:
                     yield {"dtype": dtype, "head_dim": d, "causal": causal}
-                    if lesson == "06_causal" and m.gqa:
+                    if m.gqa:
                         yield {"dtype": dtype, "head_dim": d, "causal": causal, "variant": "GQA"}
             else:
                 yield {"dtype": dtype, "head_dim": d}
@@ -399,6 +404,12 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
         module.causal_attention_forward(rand(2, 4, N_CTX, d), kv, kv, case["causal"])
     elif lesson == "06_causal":
         module.causal_attention(q, q, q, causal=case["causal"])
+    elif lesson == "07_backward" and case.get("variant") == "GQA":
+        # Lesson 08's backward: 4 query heads over 2 K/V heads, the head mapping inside the kernels.
+        q4, kv = rand(2, 4, N_CTX, d), rand(2, 2, N_CTX, d)
+        lse = rand(2, 4, N_CTX, dt=torch.float32)
+        for mode in ("atomic", "split"):
+            module.attention_backward_bhnd(q4, kv, kv, q4, lse, q4, causal=case["causal"], dq_mode=mode)
     elif lesson == "07_backward":
         lse = rand(2, N_CTX, dt=torch.float32)
         for mode in ("atomic", "split"):
@@ -426,6 +437,7 @@ def _capture(matrix: Matrix, kernels_dir: Path) -> tuple[list[_Launch], list[Res
                                     {k: pack(v) for k, v in kwargs.items()}))
         return launch
 
+    from course.tracks.triton import autotune
     saved = KernelInterface.__getitem__
     KernelInterface.__getitem__ = record
     try:
@@ -439,7 +451,7 @@ def _capture(matrix: Matrix, kernels_dir: Path) -> tuple[list[_Launch], list[Res
             for case in _cases(lesson, matrix):
                 current.update(lesson=lesson, case=case)
                 try:
-                    with _fake_cuda_mode():
+                    with _fake_cuda_mode(), autotune(matrix.tuned):
                         _call_wrappers(module, lesson, case)
                 except Exception as e:
                     errors.append(Result(lesson, "<wrapper>", dtype=case["dtype"], head_dim=case.get("head_dim"),
@@ -844,7 +856,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--targets", nargs="+", type=int, help="compute capabilities, e.g. 80 90")
     p.add_argument("--causal", nargs="+", choices=("false", "true"), help="which causal settings (lessons 06, 07)")
     p.add_argument("--all-configs", action="store_true", help="every autotune config the autotuner keeps")
-    p.add_argument("--gqa", action="store_true", help="also lesson 08's grouped-query launch of the lesson-06 kernel")
+    p.add_argument("--gqa", action="store_true", help="also lesson 08's grouped-query launches of the lesson-06 and "
+                   "lesson-07 kernels")
+    p.add_argument("--tuned", action="store_true", help="the launches a benchmark makes (autotuned kernels: with "
+                   "--all-configs every config of their lists) instead of the check configs")
     p.add_argument("--kernels-dir", help="a folder with the lesson files instead of kernels/triton")
     p.add_argument("--jobs", type=int, help="compile processes (default: min(2, cores))")
     p.add_argument("--cold", action="store_true", help="use an empty Triton cache (measures real compile time)")
@@ -884,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
         causal=tuple(c == "true" for c in a.causal) if a.causal else m.causal,
         all_configs=m.all_configs or a.all_configs,
         gqa=m.gqa or a.gqa,
+        tuned=m.tuned or a.tuned,
     )
     folder = Path(a.kernels_dir) if a.kernels_dir else KERNEL_DIR
     if not folder.is_dir():
@@ -892,7 +908,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dims = ", ".join(f"{t} D={'/'.join(map(str, m.head_dims_for(t)))}" for t in m.dtypes)
     print(f"compiling the Triton track for {', '.join(f'sm_{t}' for t in m.targets)} ({dims}; "
-          f"{'every' if m.all_configs else 'first'} autotune config) ...", flush=True)
+          + (f"{'every' if m.all_configs else 'first'} autotune config" if m.tuned else "check configs") + ") ...",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="triton_aot_cache_") as cold:
         report = run_gate(m, kernels_dir=a.kernels_dir, jobs=a.jobs, cache_dir=cold if a.cold else None,
                           timeout=a.timeout)

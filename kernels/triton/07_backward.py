@@ -32,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from course.tracks.triton import autotuning  # importing course first also selects the interpreter on CPU
+
 
 @triton.jit
 def preprocess_delta_kernel(
@@ -56,10 +58,11 @@ def preprocess_delta_kernel(
 
 @triton.jit
 def dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr,      # Q, dO (Z, Nq, D); K, V (Z, Nk, D)
-    lse_ptr, delta_ptr,               # LSE and Δ (Z, Nq), float32, contiguous
-    dk_ptr, dv_ptr, dq_ptr,           # dK, dV (Z, Nk, D) in the input dtype; dQ (Z, Nq, D) float32, atomic mode only
+    q_ptr, k_ptr, v_ptr, do_ptr,      # Q, dO (Z·group, Nq, D); K, V (Z, Nk, D)
+    lse_ptr, delta_ptr,               # LSE and Δ (Z·group, Nq), float32, contiguous
+    dk_ptr, dv_ptr, dq_ptr,           # dK, dV (Z, Nk, D) in the input dtype; dQ (Z·group, Nq, D) fp32, atomic mode only
     n_q, n_k, head_dim, scale,
+    group,                            # query heads per K/V head: 1, except for lesson 08's grouped-query attention
     stride_qz, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_doz, stride_don,
     stride_dkz, stride_dkn, stride_dvz, stride_dvn, stride_dqz, stride_dqn,
     CAUSAL: tl.constexpr,             # bottom-right aligned causal mask
@@ -67,15 +70,15 @@ def dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     start_n = tl.program_id(0) * BLOCK_N  # this program owns keys start_n .. start_n + BLOCK_N - 1
-    z = tl.program_id(1)                  # of batch (or batch×head) entry z
+    z_kv = tl.program_id(1)               # of batch (or batch×head) entry z_kv of K and V
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     key_ok = offs_n < n_k
     d_ok = offs_d < head_dim
     kv_mask = key_ok[:, None] & d_ok[None, :]
     # K and V stay in registers for the whole loop: each is read from global memory exactly once.
-    k = tl.load(k_ptr + z * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(v_ptr + z * stride_vz + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = tl.load(k_ptr + z_kv * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + z_kv * stride_vz + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     diag = n_k - n_q                      # query i sees key j iff j <= i + diag
@@ -88,67 +91,73 @@ def dkdv_kernel(
         # that row sees none of this program's keys, so the loop starts there (rounded down to a block).
         start_m = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M
         # END SOLUTION
-    # region: dkdv_inner_loop
-    # BEGIN SOLUTION
-    for m0 in range(start_m, n_q, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        row_ok = offs_m < n_q
-        q_mask = row_ok[:, None] & d_ok[None, :]
-        q = tl.load(q_ptr + z * stride_qz + offs_m[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
-        do = tl.load(do_ptr + z * stride_doz + offs_m[:, None] * stride_don + offs_d[None, :], mask=q_mask, other=0.0)
-        lse = tl.load(lse_ptr + z * n_q + offs_m, mask=row_ok, other=float("inf"))
-        # A row that sees no key has LSE = -inf, and exp(S + inf) = inf would poison every sum (0·inf = NaN).
-        # The causal mask below already hides all of such a row's keys; flipping its LSE to +inf also
-        # makes exp(S - LSE) = 0 on its own, for any LSE = -inf handed in: no key, no probability.
-        lse = tl.where(lse == float("-inf"), float("inf"), lse)
-        delta = tl.load(delta_ptr + z * n_q + offs_m, mask=row_ok, other=0.0)
+    # The queries whose rows read these keys: those of entry z = z_kv, or, when `group` query heads share
+    # one K/V head (grouped-query attention, lesson 08), those of all `group` of them, each adding its share
+    # to the same dk and dv. With group = 1 the loop runs once and z is z_kv.
+    for g in range(group):
+        z = z_kv * group + g              # the query head (batch×head entry of Q, dO, LSE, Δ, dQ)
+        # region: dkdv_inner_loop
+        # BEGIN SOLUTION
+        for m0 in range(start_m, n_q, BLOCK_M):
+            offs_m = m0 + tl.arange(0, BLOCK_M)
+            row_ok = offs_m < n_q
+            q_mask = row_ok[:, None] & d_ok[None, :]
+            q = tl.load(q_ptr + z * stride_qz + offs_m[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
+            do = tl.load(do_ptr + z * stride_doz + offs_m[:, None] * stride_don + offs_d[None, :], mask=q_mask,
+                         other=0.0)
+            lse = tl.load(lse_ptr + z * n_q + offs_m, mask=row_ok, other=float("inf"))
+            # A row that sees no key has LSE = -inf, and exp(S + inf) = inf would poison every sum (0·inf = NaN).
+            # The causal mask below already hides all of such a row's keys; flipping its LSE to +inf also
+            # makes exp(S - LSE) = 0 on its own, for any LSE = -inf handed in: no key, no probability.
+            lse = tl.where(lse == float("-inf"), float("inf"), lse)
+            delta = tl.load(delta_ptr + z * n_q + offs_m, mask=row_ok, other=0.0)
 
-        # Rebuild this (BLOCK_M × BLOCK_N) tile of P from the saved LSE: no max, no sum, no rescale.
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
-        visible = row_ok[:, None] & key_ok[None, :]  # padded rows and columns are not part of P
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None] + diag)
-        # Masked entries become exp(-inf) = 0 *before* the exp, so no inf is ever produced (a masked
-        # score may be far above the row's LSE: exp of it would overflow even though it is thrown away).
-        p = tl.exp(tl.where(visible, s - lse[:, None], float("-inf")))
+            # Rebuild this (BLOCK_M × BLOCK_N) tile of P from the saved LSE: no max, no sum, no rescale.
+            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            visible = row_ok[:, None] & key_ok[None, :]  # padded rows and columns are not part of P
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + diag)
+            # Masked entries become exp(-inf) = 0 *before* the exp, so no inf is ever produced (a masked
+            # score may be far above the row's LSE: exp of it would overflow even though it is thrown away).
+            p = tl.exp(tl.where(visible, s - lse[:, None], float("-inf")))
 
-        # dV_j += Σ_i P_ij dO_i. P goes into tl.dot in the input dtype (fp16 tensor cores, fp32 sums).
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
-        # dP_ij = dO_i · v_j, then the softmax backward: dS = P ∘ (dP - Δ).
-        dp = tl.dot(do, tl.trans(v), input_precision="ieee")
-        ds = p * (dp - delta[:, None])
-        # dK_j += Σ_i dS_ij q_i (the factor scale is applied once, after the loop).
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee")
+            # dV_j += Σ_i P_ij dO_i. P goes into tl.dot in the input dtype (fp16 tensor cores, fp32 sums).
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision="ieee")
+            # dP_ij = dO_i · v_j, then the softmax backward: dS = P ∘ (dP - Δ).
+            dp = tl.dot(do, tl.trans(v), input_precision="ieee")
+            ds = p * (dp - delta[:, None])
+            # dK_j += Σ_i dS_ij q_i (the factor scale is applied once, after the loop).
+            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision="ieee")
 
-        if ATOMIC_DQ:
-            # region: dq_atomic_add
-            # This program's share of dQ for these query rows: scale · dS K (BLOCK_M × D). All
-            # cdiv(Nk, BLOCK_N) key-block programs add a share to the same rows, so the addition must be
-            # atomic (a plain load-add-store from two programs at once would lose one of the updates).
-            #
-            # Why the result is NOT deterministic on a GPU: the programs run concurrently and the order in
-            # which their atomics reach a given address depends on scheduling, which changes from run to
-            # run. Float addition is not associative ((a + b) + c != a + (b + c) after rounding), so a
-            # different order gives different low bits in dQ. Two identical calls can disagree by a few
-            # ulps; the answer is equally accurate each time, just not bitwise reproducible. (Triton's CPU
-            # interpreter runs the programs one after another in a fixed order, so there it happens to repeat.)
-            #
-            # What it costs: every program performs BLOCK_M·D float32 read-modify-writes per query block
-            # (done in L2, not in registers), so dQ traffic is cdiv(Nk, BLOCK_N) times the size of dQ, and
-            # programs that hit the same rows at the same time serialise on those addresses. Long key
-            # sequences (more programs per dQ row) make it worse; the buffer must be float32 and zeroed first.
-            dq_part = tl.dot(ds.to(k.dtype), k, input_precision="ieee") * scale
-            dq_ptrs = dq_ptr + z * stride_dqz + offs_m[:, None] * stride_dqn + offs_d[None, :]
-            # masked: padded rows and columns do not exist. "relaxed": no program reads dQ during this
-            # launch, so the additions need no ordering with other memory operations, only atomicity.
-            tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")
-            # endregion: dq_atomic_add
-    # END SOLUTION
-    # endregion: dkdv_inner_loop
+            if ATOMIC_DQ:
+                # region: dq_atomic_add
+                # This program's share of dQ for these query rows: scale · dS K (BLOCK_M × D). All
+                # cdiv(Nk, BLOCK_N) key-block programs add a share to the same rows, so the addition must be
+                # atomic (a plain load-add-store from two programs at once would lose one of the updates).
+                #
+                # Why the result is NOT deterministic on a GPU: the programs run concurrently and the order in
+                # which their atomics reach a given address depends on scheduling, which changes from run to
+                # run. Float addition is not associative ((a + b) + c != a + (b + c) after rounding), so a
+                # different order gives different low bits in dQ. Two identical calls can disagree by a few
+                # ulps; the answer is equally accurate each time, just not bitwise reproducible. (Triton's CPU
+                # interpreter runs the programs one after another in a fixed order, so there it happens to repeat.)
+                #
+                # What it costs: every program performs BLOCK_M·D float32 read-modify-writes per query block
+                # (done in L2, not in registers), so dQ traffic is cdiv(Nk, BLOCK_N) times the size of dQ, and
+                # programs that hit the same rows at the same time serialise on those addresses. Long key
+                # sequences (more programs per dQ row) make it worse; the buffer must be float32 and zeroed first.
+                dq_part = tl.dot(ds.to(k.dtype), k, input_precision="ieee") * scale
+                dq_ptrs = dq_ptr + z * stride_dqz + offs_m[:, None] * stride_dqn + offs_d[None, :]
+                # masked: padded rows and columns do not exist. "relaxed": no program reads dQ during this
+                # launch, so the additions need no ordering with other memory operations, only atomicity.
+                tl.atomic_add(dq_ptrs, dq_part, mask=q_mask, sem="relaxed")
+                # endregion: dq_atomic_add
+        # END SOLUTION
+        # endregion: dkdv_inner_loop
     dk = dk * scale
-    tl.store(dk_ptr + z * stride_dkz + offs_n[:, None] * stride_dkn + offs_d[None, :],
+    tl.store(dk_ptr + z_kv * stride_dkz + offs_n[:, None] * stride_dkn + offs_d[None, :],
              dk.to(dk_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dv_ptr + z * stride_dvz + offs_n[:, None] * stride_dvn + offs_d[None, :],
+    tl.store(dv_ptr + z_kv * stride_dvz + offs_n[:, None] * stride_dvn + offs_d[None, :],
              dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
 
@@ -156,6 +165,7 @@ def dkdv_kernel(
 def dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     n_q, n_k, head_dim, scale,
+    group,                            # query heads per K/V head (see dkdv_kernel)
     stride_qz, stride_qn, stride_kz, stride_kn, stride_vz, stride_vn, stride_doz, stride_don,
     stride_dqz, stride_dqn,
     CAUSAL: tl.constexpr,
@@ -171,7 +181,8 @@ def dq_kernel(
     # dQ += dS K: 3 matmuls. Separate mode therefore costs 4 + 3 = 7 matmuls per pair instead of 5,
     # i.e. 2 extra (+40% matmul work), plus a second exp() of every tile and a second read of K and V.
     start_m = tl.program_id(0) * BLOCK_M
-    z = tl.program_id(1)
+    z = tl.program_id(1)                  # the query head: its Q, dO, LSE, Δ and dQ rows
+    z_kv = z // group                     # the K/V head it reads (z itself unless heads are grouped)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < n_q
@@ -198,8 +209,8 @@ def dq_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_k
         kv_mask = key_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_ptr + z * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + z * stride_vz + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = tl.load(k_ptr + z_kv * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + z_kv * stride_vz + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale          # recomputed (extra matmul 1)
         visible = row_ok[:, None] & key_ok[None, :]
         if CAUSAL:
@@ -220,10 +231,9 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def check_config(head_dim: int, dtype: torch.dtype) -> dict[str, triton.Config]:
     """Block sizes and launch options of the three kernels: fixed, the same on the CPU tier and on a GPU (the
-    compile gate compiles them; nothing is autotuned).
+    compile gate compiles them). Checks run these; only a benchmark autotunes (see tuning_configs).
 
-    Not autotuned on purpose: an autotuner re-runs a launch to time it, which in atomic mode would add dQ
-    several times unless the buffer were zeroed before every run. The dK/dV kernel holds K, V, dK and dV
+    The dK/dV kernel holds K, V, dK and dV
     (4 × BLOCK_N × D) in registers, so the blocks shrink as D grows; fp32 tiles are twice the bytes, so
     they get half the block. Past D = 64 the dK/dV kernel keeps to 4 warps with 32 keys (16-bit tiles do not
     spill on sm_80 or sm_90): with 8 warps and 64 keys, an H100 (Triton 3.6) gave a wrong dK in scattered rows at
@@ -255,8 +265,13 @@ def _validate(q, k, v, o, lse, do, dq_mode: str, four_d: bool) -> None:
     if q.dim() < 2 or any(t.dim() != q.dim() for t in (k, v, o, do)):
         raise ValueError("q, k, v, o, do must all be (N, D) or (..., N, D) with the same rank; got shapes "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, {tuple(o.shape)}, {tuple(do.shape)}")
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+    # (B, H, N, D): K and V may have fewer heads than Q (grouped-query attention); otherwise all lead dims agree.
+    lead = 1 if four_d else q.dim() - 2
+    if q.shape[:lead] != k.shape[:lead] or k.shape[:-2] != v.shape[:-2]:
         raise ValueError(f"batch dimensions differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if four_d and (k.shape[1] == 0 or q.shape[1] % k.shape[1]):
+        raise ValueError(f"k and v must have a head count dividing q's (grouped-query attention); got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape (Nk, D); got {tuple(k.shape)} and {tuple(v.shape)}")
     if q.shape[-1] != k.shape[-1]:
@@ -278,17 +293,87 @@ def _validate(q, k, v, o, lse, do, dq_mode: str, four_d: bool) -> None:
         raise ValueError("q, k, v, o, lse, do must all be on the same device")
 
 
-def _backward_zbnd(q, k, v, o, lse, do, causal, scale, dq_mode):
-    """The launches, on (Z, N, D) tensors (Z = every leading dim flattened) and lse (Z, Nq)."""
+def tuning_configs(head_dim: int, dtype: torch.dtype) -> dict[str, list[triton.Config]]:
+    """What a benchmark's autotuner times for the dK/dV and dQ kernels (inside course.tracks.triton.autotune()):
+    the check config first, then a few neighbours, for H100-class parts. Never run by a check.
+
+    Choices that no GPU has confirmed are kept conservative: the dK/dV kernel keeps 4 warps everywhere and
+    32 keys past D = 64, the combination an H100 ran correctly (check_config's note), and 256-wide heads keep
+    the check config alone. fp32 tiles (exact "ieee" dots on the FMA units) tune only the dQ kernel: every fp32
+    dK/dV config spills registers on sm_90, the check config too, and a larger tile spills several times more.
+    The configs vary the tile sizes and pipeline stages: block sizes are what the interpreter can prove
+    (tests/tracks/test_backward_autotune.py runs every one of them), and every config added to a check config
+    compiles for sm_90 without spills (``python -m course.tools.triton_gate --lessons 07 --tuned --all-configs
+    --gqa`` shows registers and spills). None of them has been timed: that waits for a GPU.
+    """
+    check = check_config(head_dim, dtype)
+
+    def cfg(m: int, n: int, warps: int, stages: int) -> triton.Config:
+        return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
+    wide = dtype == torch.float32
+    if head_dim > 128:
+        more = {"dkdv_kernel": [], "dq_kernel": []}
+    elif head_dim > 64:
+        more = ({"dkdv_kernel": [], "dq_kernel": [cfg(32, 32, 4, 2)]} if wide else
+                {"dkdv_kernel": [cfg(32, 32, 4, 3), cfg(16, 32, 4, 2)],
+                 "dq_kernel": [cfg(128, 32, 8, 2), cfg(64, 64, 8, 2), cfg(64, 32, 4, 2)]})
+    else:
+        more = ({"dkdv_kernel": [], "dq_kernel": [cfg(32, 64, 4, 2)]} if wide else
+                {"dkdv_kernel": [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2), cfg(16, 64, 4, 3)],
+                 "dq_kernel": [cfg(128, 32, 8, 2), cfg(64, 64, 4, 2), cfg(128, 64, 8, 2)]})
+    return {name: [check[name]] + [c for c in more[name] if c != check[name]] for name in more}
+
+
+_TUNING_REGIMES = [(d, dtype) for d in (64, 128, 256) for dtype in (torch.float16, torch.float32)]
+
+
+def _every_tuning_config(kernel: str) -> list[triton.Config]:
+    found: list[triton.Config] = []
+    for d, dtype in _TUNING_REGIMES:
+        found += [c for c in tuning_configs(d, dtype)[kernel] if c not in found]
+    return found
+
+
+def _prune_to(kernel: str):
+    def prune(configs, named_args, **kwargs):
+        """The tuning list of this launch's head dim and dtype (an autotuner holds one list for all)."""
+        return tuning_configs(named_args["head_dim"], named_args["q_ptr"].dtype)[kernel]
+    return prune
+
+
+# The benchmarks' autotuned launches. Timing a config runs the kernel, and in atomic mode every run adds its
+# dQ into the float32 buffer: reset_to_zero zeroes dQ before every trial and again before the launch that
+# counts, so no trial's dQ is left in the result. (dK, dV and the split dQ are plain stores: a re-run writes
+# the same values again.)
+dkdv_tuned = triton.autotune(configs=_every_tuning_config("dkdv_kernel"),
+                             key=["n_q", "n_k", "head_dim", "group", "CAUSAL", "ATOMIC_DQ"],
+                             prune_configs_by={"early_config_prune": _prune_to("dkdv_kernel")},
+                             reset_to_zero=["dq_ptr"])(dkdv_kernel)
+dq_tuned = triton.autotune(configs=_every_tuning_config("dq_kernel"), key=["n_q", "n_k", "head_dim", "group", "CAUSAL"],
+                           prune_configs_by={"early_config_prune": _prune_to("dq_kernel")})(dq_kernel)
+
+
+def _backward_zbnd(q, k, v, o, lse, do, causal, scale, dq_mode, configs=None):
+    """The launches, on (Z, N, D) tensors (Z = every leading dim flattened) and lse (Z, Nq).
+
+    K and V may have fewer entries than Q (grouped-query attention): Z_q = Z_kv · group, and query entry z
+    reads K/V entry z // group. dK and dV have K's and V's own entries, each the sum over its group, summed
+    inside the dK/dV kernel: K and V are never copied per query head. ``configs`` ({kernel name:
+    triton.Config}) replaces the check configs (tests and experiments); inside course.tracks.triton.autotune()
+    the dK/dV and dQ kernels are autotuned over tuning_configs instead.
+    """
     z, n_q, d = q.shape
-    n_k = k.shape[1]
+    z_kv, n_k = k.shape[0], k.shape[1]
+    group = z // z_kv if z_kv else 1
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o, do = o.to(q.dtype).contiguous(), do.to(q.dtype).contiguous()  # tl.dot needs one operand dtype
     lse = lse.to(torch.float32).contiguous()
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     if z == 0 or n_q == 0:
         return torch.zeros_like(q), dk.zero_(), dv.zero_()
-    cfg = {name: config.all_kwargs() for name, config in check_config(d, q.dtype).items()}
+    chosen = dict(check_config(d, q.dtype), **(configs or {}))
+    cfg = {name: config.all_kwargs() for name, config in chosen.items()}
+    tuned = configs is None and autotuning()  # a benchmark: time the tuning lists, keep the fastest
     block_d = max(16, triton.next_power_of_2(d))
 
     delta = torch.empty((z, n_q), device=q.device, dtype=torch.float32)
@@ -299,20 +384,27 @@ def _backward_zbnd(q, k, v, o, lse, do, causal, scale, dq_mode):
     atomic = dq_mode == "atomic"
     # Atomic mode accumulates into float32 (fp16 atomics would round at every addition) starting from 0.
     dq = torch.zeros((z, n_q, d), device=q.device, dtype=torch.float32) if atomic else torch.empty_like(q)
-    dkdv_kernel[(triton.cdiv(n_k, cfg["dkdv_kernel"]["BLOCK_N"]), z)](
-        q, k, v, do, lse, delta, dk, dv, dq,
-        n_q, n_k, d, scale,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
-        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), dq.stride(0), dq.stride(1),
-        CAUSAL=causal, ATOMIC_DQ=atomic, BLOCK_D=block_d, **cfg["dkdv_kernel"])
+    dkdv_args = (q, k, v, do, lse, delta, dk, dv, dq,
+                 n_q, n_k, d, scale, group,
+                 q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0),
+                 do.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), dq.stride(0), dq.stride(1))
+    dkdv_meta = dict(CAUSAL=causal, ATOMIC_DQ=atomic, BLOCK_D=block_d)
+    if tuned:
+        dkdv_tuned[lambda meta: (triton.cdiv(n_k, meta["BLOCK_N"]), z_kv)](*dkdv_args, **dkdv_meta)
+    else:
+        dkdv_kernel[(triton.cdiv(n_k, cfg["dkdv_kernel"]["BLOCK_N"]), z_kv)](*dkdv_args, **dkdv_meta,
+                                                                             **cfg["dkdv_kernel"])
     if atomic:
         return dq.to(q.dtype), dk, dv
-    dq_kernel[(triton.cdiv(n_q, cfg["dq_kernel"]["BLOCK_M"]), z)](
-        q, k, v, do, lse, delta, dq,
-        n_q, n_k, d, scale,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
-        dq.stride(0), dq.stride(1),
-        CAUSAL=causal, BLOCK_D=block_d, **cfg["dq_kernel"])
+    dq_args = (q, k, v, do, lse, delta, dq,
+               n_q, n_k, d, scale, group,
+               q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
+               dq.stride(0), dq.stride(1))
+    if tuned:
+        dq_tuned[lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), z)](*dq_args, CAUSAL=causal, BLOCK_D=block_d)
+    else:
+        dq_kernel[(triton.cdiv(n_q, cfg["dq_kernel"]["BLOCK_M"]), z)](*dq_args, CAUSAL=causal, BLOCK_D=block_d,
+                                                                       **cfg["dq_kernel"])
     return dq, dk, dv
 
 
@@ -322,13 +414,15 @@ def _mode(dq_mode: str, deterministic: bool) -> str:
 
 def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                        do: torch.Tensor, causal: bool = False, scale: float | None = None, dq_mode: str = "atomic",
-                       deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       deterministic: bool = False, *, configs: dict | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) of attention for Q (..., Nq, D), K, V (..., Nk, D), given the forward's O and LSE and dO.
 
     o is the forward output, lse the forward's float32 natural-log LSE of shape (..., Nq). dq_mode is
     "atomic" (dK/dV kernel adds dQ with atomics; fast, not bitwise reproducible on a GPU) or "split"
     (a second, atomic-free kernel; deterministic). deterministic=True forces "split".
-    The gradients have the dtypes of q, k and v.
+    The gradients have the dtypes of q, k and v. ``configs`` ({kernel name: triton.Config}) chooses launches
+    by hand instead of check_config (for tests and experiments).
     """
     _validate(q, k, v, o, lse, do, dq_mode, four_d=False)
     dq_mode = _mode(dq_mode, deterministic)
@@ -339,21 +433,25 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: tor
     z = math.prod(lead)  # every leading dim flattened into one (an explicit size: -1 fails on empty tensors)
     dq, dk, dv = _backward_zbnd(q.reshape(z, n_q, d), k.reshape(z, n_k, d), v.reshape(z, n_k, d),
                                 o.reshape(z, n_q, d), lse.reshape(z, n_q), do.reshape(z, n_q, d),
-                                bool(causal), scale, dq_mode)
+                                bool(causal), scale, dq_mode, configs)
     return dq.reshape(*lead, n_q, d), dk.reshape(*lead, n_k, d), dv.reshape(*lead, n_k, d)
 
 
 def attention_backward_bhnd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                             do: torch.Tensor, causal: bool = False, scale: float | None = None,
-                            dq_mode: str = "atomic", deterministic: bool = False
+                            dq_mode: str = "atomic", deterministic: bool = False, *, configs: dict | None = None
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """attention_backward for (B, H, N, D) tensors and lse (B, H, Nq): the entry an autograd.Function reuses."""
+    """attention_backward for (B, H, N, D) tensors and lse (B, H, Nq): the entry an autograd.Function reuses.
+
+    K and V may have fewer heads than Q, H_kv dividing H (grouped-query attention): query head h reads K/V
+    head h // (H / H_kv), as lesson 06's forward does, and dK, dV come back with H_kv heads, each the sum over
+    the query heads that read it. The kernels map the heads themselves: nothing is expanded or copied."""
     _validate(q, k, v, o, lse, do, dq_mode, four_d=True)
     dq_mode = _mode(dq_mode, deterministic)
     b, h, n_q, d = q.shape
-    n_k = k.shape[2]
+    h_kv, n_k = k.shape[1], k.shape[2]
     scale = d ** -0.5 if scale is None else float(scale)
-    dq, dk, dv = _backward_zbnd(q.reshape(b * h, n_q, d), k.reshape(b * h, n_k, d), v.reshape(b * h, n_k, d),
+    dq, dk, dv = _backward_zbnd(q.reshape(b * h, n_q, d), k.reshape(b * h_kv, n_k, d), v.reshape(b * h_kv, n_k, d),
                                 o.reshape(b * h, n_q, d), lse.reshape(b * h, n_q), do.reshape(b * h, n_q, d),
-                                bool(causal), scale, dq_mode)
-    return dq.view(b, h, n_q, d), dk.view(b, h, n_k, d), dv.view(b, h, n_k, d)
+                                bool(causal), scale, dq_mode, configs)
+    return dq.view(b, h, n_q, d), dk.view(b, h_kv, n_k, d), dv.view(b, h_kv, n_k, d)

@@ -13,13 +13,22 @@
 # of P from Q, K and the LSE when it needs it: more FLOPs, far fewer bytes.
 #
 # Grouped-query attention (GQA) is supported: K and V may have fewer heads than Q (H_kv divides H);
-# query head h reads key/value head h // (H / H_kv). Lesson 06's forward maps heads itself, so K and V
-# are read in place. Lesson 07's backward knows one K/V head per query head, so for it the K/V heads
-# are expanded and the gradients of each group summed afterwards: correct, but it costs memory that
-# a backward with the head mapping built in would not.
+# query head h reads key/value head h // (H / H_kv). Both kernels map the heads themselves, so K and V
+# are never copied per query head: lesson 06's forward reads K/V head h // group for query head h, and
+# lesson 07's backward does the same in its dQ kernel, while its dK/dV kernel runs one program per block
+# of keys of a K/V head that loops over the group's query heads, so the sum over the group that the
+# gradient of a shared head needs is made in registers. The backward allocates nothing of the size of K
+# expanded to H heads (tests/tracks/test_capstone_gqa.py checks every allocation).
 #
-# What you write: the two methods of FlashAttention (what forward saves, and how backward uses it)
-# and the two helpers for grouped heads. The checks of the inputs are at the end of the file.
+# Autotuning. A check runs the check configs of lessons 06 and 07. A benchmark (inside
+# course.tracks.triton.autotune()) autotunes the forward and, from what forward recorded on ctx, the
+# backward's dK/dV and dQ kernels over lesson 07's tuning_configs; the atomic dQ buffer is zeroed before
+# every timed trial, so a trial's dQ never adds into the result. No speed of these configs has been
+# measured: they were chosen without a GPU, proved on Triton's interpreter (every config's gradients)
+# and compiled for sm_90 by the compile gate (registers, no spills); a GPU run of the benchmark decides.
+#
+# What you write: the two methods of FlashAttention (what forward saves, and how backward uses it).
+# The checks of the inputs are at the end of the file.
 #
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 08 --track triton
@@ -30,33 +39,20 @@ import math
 import torch
 
 from course.tracks.common import KERNEL_DTYPES, MAX_HEAD_DIM
-from course.tracks.triton import autotune
+from course.tracks.triton import autotune, autotuning
 from course.kernels import load_triton_module
 
 _forward = load_triton_module("triton/06_causal")
 _backward = load_triton_module("triton/07_backward")
 
 
-def _expand_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
-    """K or V with its heads repeated so that head h serves query heads h·group .. h·group + group − 1."""
-    # BEGIN SOLUTION
-    group = heads // t.shape[1]
-    return t if group == 1 else t.repeat_interleave(group, dim=1)
-    # END SOLUTION
-
-
-def _sum_groups(grad: torch.Tensor, kv_heads: int) -> torch.Tensor:
-    """The gradient of an expanded K or V summed back onto its kv_heads heads."""
-    # BEGIN SOLUTION
-    b, h, n, d = grad.shape
-    return grad if h == kv_heads else grad.view(b, kv_heads, h // kv_heads, n, d).sum(dim=2)
-    # END SOLUTION
-
-
 class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        # Whether this call autotunes (a benchmark) travels to backward on ctx: autograd may run backward on
+        # another thread, outside the autotune() block the forward ran in.
+        ctx.autotune = autotuning()
         # BEGIN SOLUTION
         o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)
         ctx.save_for_backward(q, k, v, o, lse)  # one float per query row besides the inputs and O: never P
@@ -68,14 +64,15 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        # BEGIN SOLUTION
-        q, k, v, o, lse = ctx.saved_tensors
-        heads, kv_heads = q.shape[1], k.shape[1]
-        dq, dk, dv = _backward.attention_backward_bhnd(q, _expand_heads(k, heads), _expand_heads(v, heads), o, lse,
-                                                       do.contiguous(), causal=ctx.causal, scale=ctx.scale,
-                                                       dq_mode=ctx.dq_mode)
-        return dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads), None, None, None
-        # END SOLUTION
+        with autotune(ctx.autotune):  # the forward's choice: check configs, or a benchmark's autotuning
+            # BEGIN SOLUTION
+            q, k, v, o, lse = ctx.saved_tensors
+            # K and V go in with their own H_kv heads: lesson 07's kernels map query head h to K/V head
+            # h // (H / H_kv) and return dK, dV already summed over each group.
+            dq, dk, dv = _backward.attention_backward_bhnd(q, k, v, o, lse, do.contiguous(), causal=ctx.causal,
+                                                           scale=ctx.scale, dq_mode=ctx.dq_mode)
+            return dq, dk, dv, None, None, None
+            # END SOLUTION
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -90,9 +87,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if deterministic:
         # Same inputs, same bits, in any process. Besides the atomic-free dQ that needs one launch
-        # configuration: an autotuner (a benchmark runs one) picks the forward's tiles by timing, and two
-        # runs whose timings differ pick different BLOCK_N, which sums the keys in another order: other
-        # low bits in O and the LSE, and so in every gradient. Here lesson 06 runs its check config.
+        # configuration: an autotuner (a benchmark runs one) picks the tiles by timing, and two runs whose
+        # timings differ pick different BLOCK_N, which sums the keys in another order: other low bits in O
+        # and the LSE, and so in every gradient. Here lessons 06 and 07 run their check configs (the
+        # backward follows the forward's choice, kept on ctx).
         with autotune(False):
             return FlashAttention.apply(q, k, v, bool(causal), scale, True)
     return FlashAttention.apply(q, k, v, bool(causal), scale, False)
