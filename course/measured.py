@@ -614,7 +614,7 @@ def _course_object(dotted: str) -> Any:
     """What a dotted name under ``course`` is (modules imported as needed); None when it is nothing."""
     import importlib
     parts = dotted.split(".")
-    if parts[0] != "course":
+    if parts[0] != "course" or any(part.startswith("_") for part in parts):  # the public course only
         return None
     module, depth = None, 0
     for i in range(len(parts), 0, -1):
