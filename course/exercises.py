@@ -865,8 +865,8 @@ def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor,
     if extra or len(saved) > 5:
         what = f"a tensor of shape {extra[0]}" if extra else f"{len(saved)} tensors"
         if extra and extra[0][1] == h and extra[0][2] == k.shape[2] and k.shape[1] != h:
-            what += (" (K or V repeated over the query heads: save them as given, with their own heads, and expand "
-                     "them in the backward)")
+            what += (" (K or V repeated over the query heads: save them as given, with their own heads: the "
+                     "backward reads each K/V head for its group of query heads)")
         raise CheckFailed(f"{exercise}: on {text} the forward keeps {what} for the backward. FlashAttention's forward "
                           f"saves the inputs, O and one LSE per query row ({(b, h, n_q)}), and nothing else: the "
                           "backward rebuilds P from the LSE.")

@@ -302,7 +302,7 @@ def tuning_configs(head_dim: int, dtype: torch.dtype) -> dict[str, list[triton.C
     the check config alone. fp32 tiles (exact "ieee" dots on the FMA units) tune only the dQ kernel: every fp32
     dK/dV config spills registers on sm_90, the check config too, and a larger tile spills several times more.
     The configs vary the tile sizes and pipeline stages: block sizes are what the interpreter can prove
-    (tests/tracks/test_backward_autotune.py runs every one of them), and every config added to a check config
+    (tests/tracks/test_triton_backward_autotune.py runs every one of them), and every config added to a check config
     compiles for sm_90 without spills (``python -m course.tools.triton_gate --lessons 07 --tuned --all-configs
     --gqa`` shows registers and spills). None of them has been timed: that waits for a GPU.
     """

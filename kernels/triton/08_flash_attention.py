@@ -18,7 +18,7 @@
 # lesson 07's backward does the same in its dQ kernel, while its dK/dV kernel runs one program per block
 # of keys of a K/V head that loops over the group's query heads, so the sum over the group that the
 # gradient of a shared head needs is made in registers. The backward allocates nothing of the size of K
-# expanded to H heads (tests/tracks/test_capstone_gqa.py checks every allocation).
+# expanded to H heads (tests/tracks/test_triton_capstone_gqa.py checks every allocation).
 #
 # Autotuning. A check runs the check configs of lessons 06 and 07. A benchmark (inside
 # course.tracks.triton.autotune()) autotunes the forward and, from what forward recorded on ctx, the
