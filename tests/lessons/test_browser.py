@@ -7,7 +7,10 @@ Chromium runs every cell from the Run menu, and the tests check what a learner w
   needs an unfinished exercise says so in one sentence;
 - stale and wrong answers: a cell that stops compiling or parsing after a good run leaves nothing to
   grade (the check says which cell failed), a wrong answer gets its evidence-based hint, and the case
-  with an explicit scale names the scale.
+  with an explicit scale names the scale;
+- a walk through lessons 04, 06 and 09 in one notebook: a sector count that misses the straddling case
+  shows the numbers, a causal kernel that visits every key tile is told which tiles lie in the future, and
+  lesson 09's hint ladder, typed as its rungs show, passes.
 
 The notebook is copied into a temporary server root, so its outputs never land in the repository.
 The screenshot is kept in test-output/browser/ for a human to look at.
@@ -245,3 +248,97 @@ def test_stale_and_wrong_answers_say_what_happened(lab, page, tmp_path):
         assert "did not compile" in text[8] and "Traceback" not in text[8], text[8]
         assert "hint:" in text[10] and "scale" in text[10].split("hint:")[1], text[10]
         assert "scale=0.5" in text[12], text[12]
+
+
+def _hint_ladder_tests():
+    """tests/course/test_hint_ladder.py, whose `_typed` types a ladder's code blocks into a stub exactly as the
+    ladder's own test does (loaded by path: that folder is not on the import path of this one)."""
+    import importlib.util
+
+    path = REPO / "tests" / "course" / "test_hint_ladder.py"
+    spec = importlib.util.spec_from_file_location("_hint_ladder_tests", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cell_source(notebook, grade_id: str) -> str:
+    return next(c.source for c in nbformat.read(notebook, as_version=4).cells if _grade_id(c) == grade_id)
+
+
+def _wrong_answer(assignment: str, cell: str, name: str) -> str:
+    """The solution cell ``cell`` of ``assignment`` with the wrong-answer corpus's entry ``name`` applied."""
+    from autograder.corpora.wrong import corpus
+
+    (entry,) = [w for w in corpus(assignment) if w.cell == cell and w.name == name]
+    return entry.apply(_cell_source(REPO / "solutions" / assignment / f"{assignment}.ipynb", cell))
+
+
+# Steps of _three_lessons_walkthrough, as 1-based cell numbers of the notebook it builds.
+WALK = dict(sectors_check=5, causal_check=8, rung3_check=10, ladder_check=12)
+
+
+def _three_lessons_walkthrough() -> nbformat.NotebookNode:
+    """A learner's walk through three lessons in one notebook: lessons 04, 06 and 09's setup cells, then
+    - lesson 04: a warp_sectors that counts only the sector each lane's access starts in;
+    - lesson 06: the lazy causal kernel (every key tile visited, the mask hiding the future ones) in the
+      Triton cell, the CUDA C cell as handed out;
+    - lesson 09: the hint ladder's code typed into the stub, first rung 3's block alone, then every block
+      through the last rung, each followed by the exercise's visible test cell."""
+    from course.hint_ladder import LADDERS
+
+    lessons = ("04_double_buffering", "06_causal_masking", "09_dataflow")
+    setups = [_cell_source(STUDENT[lesson], "setup") for lesson in lessons]
+    ladder = LADDERS["09.one_core_tt"]
+    typed = _hint_ladder_tests()._typed
+    steps = [
+        _wrong_answer("04_double_buffering", "warp_sectors", "start-sector-only"),           # 4
+        _cell_source(STUDENT["04_double_buffering"], "test_warp_sectors"),                   # 5: 16, expected 17
+        _cell_source(STUDENT["06_causal_masking"], "causal_kernel_cuda"),                    # 6: the stub
+        _wrong_answer("06_causal_masking", "causal_kernel_triton", "visits-every-tile"),     # 7
+        _cell_source(STUDENT["06_causal_masking"], "test_causal_kernel"),                    # 8: names the tiles
+        typed(ladder, 3),                                                                    # 9: one step of two
+        _cell_source(STUDENT["09_dataflow"], "test_one_core_attention"),                     # 10: fails
+        typed(ladder, len(ladder.rungs)),                                                    # 11: both steps
+        _cell_source(STUDENT["09_dataflow"], "test_one_core_attention"),                     # 12: passes
+    ]
+    return new_notebook(
+        metadata=nbformat.read(STUDENT["09_dataflow"], as_version=4).metadata,
+        cells=[new_code_cell(text) for text in setups]
+              + [new_code_cell(text, metadata={"tags": ["raises-exception"]}) for text in steps])
+
+
+def _shown(page, number: int) -> str:
+    """Everything cell ``number`` (1-based) shows below it, printed text and errors alike."""
+    return page.locator(".jp-Notebook .jp-Cell").nth(number - 1).locator(".jp-Cell-outputArea").inner_text()
+
+
+def test_a_walk_through_three_lessons_shows_what_each_answer_did(lab, page, tmp_path):
+    """Lesson 04's start-sector formula fails on the straddling case, lesson 06's lazy kernel is told which tiles
+    it should have skipped, and lesson 09's hint ladder, typed as shown, passes (and its rung 3 alone does not)."""
+    notebook = tmp_path / "walkthrough.ipynb"
+    nbformat.write(_three_lessons_walkthrough(), notebook)
+    with report_on_failure(page, lab, "walkthrough-failure.png"):
+        cells = run_notebook(page, lab, notebook, "walkthrough.ipynb")
+        assert all(c.executed for c in cells if c.code), [c.prompt for c in cells]
+        assert not any(c.problems for c in cells[:3]), "\n".join(c.describe() for c in cells[:3])
+        red = {c.number: _visible_text(c) for c in cells}
+        for number in WALK.values():
+            assert "Traceback" not in red[number] and "site-packages" not in red[number], red[number]
+
+        sectors = red[WALK["sectors_check"]]
+        assert "warp_sectors(offset_bytes=8, stride_bytes=16, access_bytes=16) returned 16, expected 17" in sectors, \
+            sectors
+        assert "straddle a sector boundary" in sectors, sectors
+
+        causal = red[WALK["causal_check"]]
+        assert ("the program for query rows 0–63 loaded key tiles 2–4 (keys 64–149), which lie wholly in the "
+                "future") in causal, causal
+        assert "upper bound should stop at the diagonal, after key 63" in causal, causal
+        assert "CUDA C: not started" in causal, causal
+
+        rung3 = red[WALK["rung3_check"]]
+        assert "09.one_core_tt" in rung3 and "the simulator stopped it" in rung3, rung3
+
+        assert not cells[WALK["ladder_check"] - 1].problems, red[WALK["ladder_check"]]
+        assert "✓ 09.one_core_tt" in _shown(page, WALK["ladder_check"]), _shown(page, WALK["ladder_check"])
