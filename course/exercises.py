@@ -212,8 +212,12 @@ def _track_step(exercise: str):
         if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
             measured.causal_tiles_simt(exercise, module)
         if cases is None:
-            return track.check_step(exercise, module)
-        return track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+            report = track.check_step(exercise, module)
+        else:
+            report = track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+        if exercise in measured.MATRIX_PROBES:  # lesson 05's technique, measured: both products on matrix units
+            measured.matrix_units_simt(exercise, module)
+        return report
     return run
 
 

@@ -11,8 +11,11 @@ sentence that says what was measured and where the technique went missing:
   run on the interpreter under :func:`course.racecheck.interpreter_checks`, which records which program
   read which elements; CUDA C and Metal kernels run on the CPU runtime in counters mode, which counts the
   bytes each buffer was read, on shapes where exactly one block has tiles to skip;
-- **matrix units** (lesson 05, Triton): every ``tl.dot`` the interpreter ran, with its operands' shapes
-  and dtypes: both products of every key tile, on 16-bit operands for 16-bit inputs;
+- **matrix units** (lesson 05): both products of every key tile, on 16-bit operands for 16-bit inputs. For
+  Triton, every ``tl.dot`` the interpreter ran, with its operands' shapes and dtypes; for CUDA C and Metal,
+  the warp-level matrix operations (``wmma::mma_sync``, ``simdgroup_multiply_accumulate``) the CPU runtime
+  counts in counters mode, by shape and operand types, against what the two products of the tiles visited
+  need;
 - **no atomics in the split backward** (lesson 07): the atomic updates of every launch;
 - **the course's own models** (numeric exercises): which functions of ``course.roofline``, ``course.causal``,
   ``course.memory_model``, ``course.fragments``, ... the learner's function called, where the lesson asks for the
@@ -42,8 +45,8 @@ from course import causal
 from course.errors import CheckFailed
 from course.inputs import Case
 
-__all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "causal_tiles_triton", "backward_tiles_triton", "causal_tiles_simt",
-           "matrix_units_triton", "interpreted", "model_function", "refusing_model_calls", "model_references",
+__all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "MATRIX_PROBES", "causal_tiles_triton", "backward_tiles_triton",
+           "causal_tiles_simt", "matrix_units_triton", "matrix_units_simt", "interpreted", "model_function", "refusing_model_calls", "model_references",
            "function_source"]
 
 # Shapes a causal kernel is measured on (float32, so the Triton check configs give 64 x 32 forward tiles and
@@ -541,6 +544,120 @@ def causal_tiles_simt(exercise: str, module) -> None:
         raise CheckFailed(f"{where}: the block for query rows {r0}–{r1} never loaded {_tiles('key', missing, bn, n_k)}, "
                           f"which its rows see ({rule}; its last row, {r1}, sees keys up to "
                           f"{min(r1 + n_k - n_q, n_k - 1)}): the tile loop's bound stops short of the diagonal.{hint}")
+
+
+# ------------------------------------------------------------------------------------------------
+# CUDA C and Metal: the matrix units (lesson 05), from the matrix operations counters mode counts
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _MatrixProbe:
+    block_m: int               # the launch's tiles: query rows per block, keys per K/V tile
+    block_n: int
+    case: Case                 # non-causal, lengths multiples of the tiles: every block sees every key tile whole
+    shape: tuple[int, int, int]  # the track's matrix instruction (M, N, K), named when the kernel ran none
+    instruction: str
+    units: str
+    fix: str
+
+
+MATRIX_PROBES = {
+    "05.mma_cuda": _MatrixProbe(
+        32, 16, Case(64, 48, 16, dtype=torch.float16, seed=57), (16, 16, 16), "wmma::mma_sync", "tensor cores",
+        "S = Q Kᵀ from the Q strip's and the K tile's fragments, O += P V from the P strip's and the V tile's, "
+        "16 × 16 × 16 at a time"),
+    "05.mma_metal": _MatrixProbe(
+        16, 16, Case(32, 48, 16, dtype=torch.float16, seed=58), (8, 8, 8), "simdgroup_multiply_accumulate",
+        "simdgroup matrix units",
+        "S = Q Kᵀ from the Q strip's and the K tile's simdgroup_half8x8 matrices, O += P V from the P strip's and "
+        "the V tile's, 8 × 8 × 8 at a time"),
+}
+
+
+def _matrix_ops(fn: Callable[..., Any], case: Case) -> list | None:
+    """The matrix operations (course.simt.counters.MatrixOps) of the launches of ``fn`` on ``case``, or None when
+    it did not run to the end."""
+    from course.simt.kernel import collect_counters
+    q, k, v = case.tensors()
+    try:
+        with collect_counters() as launches:
+            fn(q, k, v)
+    except Exception:  # noqa: BLE001 - a kernel that fails here fails its value check, which says why
+        return None
+    return [op for launch in launches for op in launch.matrix_ops]
+
+
+def _needed(n_q: int, n_k: int, d: int, bm: int, bn: int, volume: int) -> tuple[int, int]:
+    """(key tiles the blocks visit, matrix operations of ``volume`` multiply-adds each that one product of those
+    tiles needs at least): per block and key tile, rows × keys × d multiply-adds, non-causal."""
+    tiles = products = 0
+    for b in range(-(-n_q // bm)):
+        rows = min(n_q, (b + 1) * bm) - b * bm
+        for t in range(-(-n_k // bn)):
+            keys = min(n_k, (t + 1) * bn) - t * bn
+            tiles += 1
+            products += -(-rows * keys * d // volume)
+    return tiles, products
+
+
+def _sites(ops: list) -> str:
+    """``at line 131 of 05_mma.cu``: where the counted operations were made."""
+    lines = sorted({op.line for op in ops if op.line}, key=lambda text: (len(text), text))
+    if not lines:
+        return ""
+    if len(lines) == 1:
+        return f", all at {lines[0]}"
+    return ", at " + ", ".join(lines[:-1]) + " and " + lines[-1]
+
+
+def matrix_units_simt(exercise: str, module, probe: _MatrixProbe | None = None) -> None:
+    """Lesson 05 (CUDA C, Metal): both products of every key tile a block visits go through matrix instructions
+    (``wmma::mma_sync``, ``simdgroup_multiply_accumulate``), on 16-bit operands for 16-bit inputs.
+
+    Counters mode counts every warp-level matrix operation of the launch with its shape and operand types. One
+    product of a block's key tile is block_m × block_n × d multiply-adds, so it needs at least that many over
+    M·N·K matrix operations; a kernel that computes one of the two products with a scalar loop runs half the
+    operations the two need, and one with no matrix operation at all runs none. The sentence says how many ran,
+    how many the tiles need, and where the operations that ran were made."""
+    probe = probe or MATRIX_PROBES[exercise]
+    case, bm, bn = probe.case, probe.block_m, probe.block_n
+    ops = _matrix_ops(_simt_forward(exercise, module, bm, bn), case)
+    if ops is None:
+        return
+    ran = sum(op.count for op in ops)
+    common = max(ops, key=lambda op: op.count) if ops else None
+    m, n, k = (common.m, common.n, common.k) if common else probe.shape
+    volume = m * n * k
+    tiles, one = _needed(case.n_q, case.n_k, case.d, bm, bn, volume)
+    done = sum(op.count * op.m * op.n * op.k for op in ops) / volume  # in operations of the common shape
+    where = f"{exercise}: on {case.describe()}, with {bm} × {bn} tiles"
+    need = (f"the two products of the {tiles} key tiles its blocks visit need at least {2 * one:,} ({one:,} for "
+            f"S = Q Kᵀ, {one:,} for O += P V, {m} × {n} × {k} each)")
+    if done < 2 * one:
+        if ran == 0:
+            missing = "so both products went through ordinary arithmetic (loops of multiply-adds, say)"
+        elif done >= one:
+            missing = ("one product's worth, so the other went through ordinary arithmetic (a loop of "
+                       "multiply-adds, say)")
+        else:
+            missing = ("fewer than even one product needs, so some of the tiles' products went through ordinary "
+                       "arithmetic")
+        raise CheckFailed(
+            f"{where}, your kernel ran {ran:,} matrix operation{'s' if ran != 1 else ''} ({probe.instruction}"
+            f"{_sites(ops)}) where {need}: {missing}, which a GPU runs on its FMA units, not its {probe.units}. "
+            f"Both products of every tile go through {probe.instruction}: {probe.fix}.")
+    if case.dtype in (torch.float16, torch.bfloat16):
+        sixteen = sum(op.count * op.m * op.n * op.k for op in ops if op.sixteen_bit) / volume
+        wide = [op for op in ops if not op.sixteen_bit]
+        if sixteen < 2 * one and wide:
+            w = max(wide, key=lambda op: op.count)
+            dtype = str(case.dtype).replace("torch.", "")
+            raise CheckFailed(
+                f"{where}, your kernel ran {ran:,} matrix operations, but only {round(sixteen):,} on 16-bit "
+                f"operands where {need}: {sum(op.count for op in wide):,} multiplied {w.a} by {w.b} matrices"
+                f"{_sites(wide)}, although the inputs are {dtype}. The {probe.units} multiply 16-bit operands "
+                f"(fp16 in, fp32 accumulate); a float32 operand runs at a fraction of their speed. Keep the Q, K "
+                f"and V tiles as loaded, in half, and store P as half before P V.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ course's model of the memory system (course/memory_model.py, applied by course/c
 patterns into sectors, bank conflicts and Nsight Compute's metrics, so that the runtime stays free of
 the course around it. ``LaunchCounters.metrics``, ``.rows`` and ``.by_tensor`` ask that model, which
 ``course.counters`` installs with :func:`set_cost_model` when the course package is imported.
+
+It also counts the launch's warp-level matrix products (``LaunchCounters.matrix_ops``): per call site,
+shape and operand types, how many ``wmma::mma_sync`` or ``simdgroup_multiply[_accumulate]`` operations
+completed, one per warp.
 """
 from __future__ import annotations
 
@@ -18,11 +22,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["LaunchCounters", "read_counters", "set_cost_model", "tensor_table", "PATTERN", "OPS"]
+__all__ = ["LaunchCounters", "MatrixOps", "read_counters", "set_cost_model", "tensor_table", "PATTERN", "OPS"]
 
-# numpy mirrors of SimtCounterHeader and SimtPattern (runtime.cpp).
-HEADER_FIELDS = ("capacity", "patterns", "dropped", "barriers", "barrier_warps", "warp_collectives")
-_HEADER_BYTES = 8 * len(HEADER_FIELDS)
+# numpy mirrors of SimtCounterHeader, SimtMatrixOp and SimtPattern (runtime.cpp).
+HEADER_FIELDS = ("capacity", "patterns", "dropped", "barriers", "barrier_warps", "warp_collectives", "matrix_ops",
+                 "matrix_kinds")
+MATRIX_KINDS = 16  # kSimtMatrixKinds
+MATRIX_OP = np.dtype([("pc", "<u8"), ("m", "<u2"), ("n", "<u2"), ("k", "<u2"), ("a", "u1"), ("b", "u1"), ("c", "u1"), ("d", "u1"),
+                      ("reserved", "u1", (6,)), ("count", "<u8")])
+_HEADER_BYTES = 8 * len(HEADER_FIELDS) + MATRIX_KINDS * MATRIX_OP.itemsize
+ELEMENTS = {0: "", 1: "fp16", 2: "fp32", 3: "other"}  # simt::MatrixElement; "" for a C that is not added
 PATTERN = np.dtype([("pc", "<u8"), ("count", "<u8"), ("mask", "<u4"), ("buffer", "<i4"), ("kind", "u1"),
                     ("width", "u1"), ("piece", "<u2"), ("reserved", "<u4"), ("offsets", "<u8", (32,))])
 OPS = {0: "load", 1: "store", 2: "atomic"}
@@ -37,13 +46,41 @@ def set_cost_model(model: Callable[["LaunchCounters"], tuple[list, dict]]) -> No
     _cost_model = model
 
 
+@dataclass(frozen=True)
+class MatrixOps:
+    """Warp-level matrix operations of one kind in a launch: ``count`` times D (m × n) = A (m × k) B (k × n) + C,
+    one per warp (a ``wmma::mma_sync``, a ``simdgroup_multiply_accumulate``), with the element type of each
+    operand ("fp16", "fp32"; ``c`` is "" where no C is added, as in ``simdgroup_multiply``), made at ``line``
+    ("line N of file")."""
+
+    m: int
+    n: int
+    k: int
+    a: str
+    b: str
+    c: str
+    d: str
+    count: int
+    line: str = ""
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}×{self.n}×{self.k}"
+
+    @property
+    def sixteen_bit(self) -> bool:
+        """Whether both factors are 16-bit: what the matrix units multiply at full rate."""
+        return self.a == self.b == "fp16"
+
+
 @dataclass
 class LaunchCounters:
     """The warp access patterns of one launch, and the counts the runtime keeps itself.
 
     ``patterns``: a numpy array of PATTERN records; ``lines``: instruction offset -> "line N of file";
     ``buffers``: the buffer arguments' names, by index; ``events``: barriers (block-wide, summed over
-    blocks), barrier_warps (the same, per warp taking part) and warp_collectives."""
+    blocks), barrier_warps (the same, per warp taking part), warp_collectives and matrix_ops (the warp-level
+    matrix products, every kind); ``matrix_ops``: those products by shape and operand types."""
 
     kernel: str
     language: str
@@ -53,6 +90,7 @@ class LaunchCounters:
     lines: dict[int, str]
     buffers: tuple[str, ...]
     events: dict[str, int]
+    matrix_ops: tuple[MatrixOps, ...] = ()
     seconds: float = 0.0
     _costed: tuple[list, dict] | None = field(default=None, repr=False)
 
@@ -116,20 +154,26 @@ def read_counters(lib, handle: int, kernel, spec, buffer_names: Sequence[str]) -
     """The patterns of a launch that succeeded (called by RawKernel before the launch's memory is released)."""
     from .kernel import KernelLaunchError
     address = lib.dll.simt_counters(handle)
-    header = dict(zip(HEADER_FIELDS, np.frombuffer(ctypes.string_at(address, _HEADER_BYTES), dtype="<u8").tolist()))
+    raw = ctypes.string_at(address, _HEADER_BYTES)
+    header = dict(zip(HEADER_FIELDS, np.frombuffer(raw, dtype="<u8", count=len(HEADER_FIELDS)).tolist()))
+    kinds = np.frombuffer(raw, dtype=MATRIX_OP, count=min(header["matrix_kinds"], MATRIX_KINDS),
+                          offset=8 * len(HEADER_FIELDS))
     if header["dropped"]:
         raise KernelLaunchError(f"{kernel.name}: counters mode saw more than {header['capacity']:,} different warp "
                                 f"access patterns, too many to report; measure a smaller launch (fewer blocks or "
                                 f"a shorter sequence).")
     n = header["patterns"]
     records = np.frombuffer(ctypes.string_at(address + _HEADER_BYTES, n * PATTERN.itemsize), dtype=PATTERN).copy()
-    offsets = sorted({int(pc) for pc in records["pc"]})
+    offsets = sorted({int(pc) for pc in records["pc"]} | {int(pc) for pc in kinds["pc"]})
     lines: dict[int, str] = {}
     if offsets:
         # addr2line wants the address of the access itself: one byte before the return address.
         text = "\n".join("{pc:%x}" % max(pc - 1, 0) for pc in offsets)
         lines = dict(zip(offsets, lib.symbolize(text, kernel.module.display_path).split("\n")))
-    events = {k: header[k] for k in ("barriers", "barrier_warps", "warp_collectives")}
+    matrix_ops = tuple(MatrixOps(int(r["m"]), int(r["n"]), int(r["k"]), *(ELEMENTS.get(int(r[x]), "other")
+                                                                           for x in "abcd"), int(r["count"]),
+                                 lines.get(int(r["pc"]), "")) for r in kinds)
+    events = {k: header[k] for k in ("barriers", "barrier_warps", "warp_collectives", "matrix_ops")}
     return LaunchCounters(kernel=kernel.name, language=kernel.module.language, grid=tuple(spec.grid),
                           block=tuple(spec.block), patterns=records, lines=lines, buffers=tuple(buffer_names),
-                          events=events)
+                          events=events, matrix_ops=matrix_ops)

@@ -99,8 +99,8 @@ class WrongKernel:
     checked: bool = False
     hint: "str | None | _Undeclared" = UNDECLARED
     measured: bool = False
-    """The mistake leaves the numbers right and shows only in what the kernel loads (course.measured):
-    ``grade()`` measures first, as ``course.check`` does for that exercise."""
+    """The mistake leaves the numbers right and shows only in what the kernel loads or which instructions it
+    runs (course.measured): ``grade()`` measures first, as ``course.check`` does for that exercise."""
 
     language = "cuda"
 

@@ -34,8 +34,11 @@ class WrongCudaKernel(WrongKernel):
 
         module = self.module()
         if self.measured:
-            from course.measured import causal_tiles_simt
-            causal_tiles_simt(self.exercise, module)
+            from course import measured
+            if self.exercise in measured.SIMT_PROBES:
+                measured.causal_tiles_simt(self.exercise, module)
+            if self.exercise in measured.MATRIX_PROBES:
+                measured.matrix_units_simt(self.exercise, module)
         checked, plain = grading_cases(self.exercise)
         if not self.checked:  # the plain launch with the grading tiles and with the default tiles
             return check_step(self.exercise, module, checked_cases=(), plain_cases=checked + plain,
@@ -131,6 +134,32 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
        hint="padding keys of the last block count"),
     _W("05.mma_cuda", "sum-not-rescaled", "rescales the accumulator but not the row sum l",
        (("l = l * alpha + sum;", "l = l + sum;"),), hint="l is not rescaled"),
+    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.measured).
+    _W("05.mma_cuda", "pv-scalar-loop", "adds P V to the spilled accumulator with a loop of multiply-adds while "
+       "scaling it, and drops the wmma product of P and V",
+       (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n",
+         "        for (int c = half_id; c < d; c += 2) {  // O = alpha O + P V, one column at a time\n"
+         "            float pv = 0.0f;\n"
+         "            for (int j = 0; j < keys; ++j) pv += __half2float(p_row[j]) * __half2float(v_tile[j * ldh + c]);\n"
+         "            o_row[c] = o_row[c] * alpha + pv;\n"
+         "        }\n"),
+        ("        // 4. O += P V.\n"
+         "        for (int k0 = 0; k0 < block_n; k0 += 16) {\n"
+         "            FragA p;\n"
+         "            wmma::load_matrix_sync(p, p_strip + k0, ldp);\n"
+         "#pragma unroll\n"
+         "            for (int f = 0; f < FRAGS; ++f) {\n"
+         "                if (f * 16 < d) {\n"
+         "                    FragV b;\n"
+         "                    wmma::load_matrix_sync(b, v_tile + k0 * ldh + f * 16, ldh);\n"
+         "                    wmma::mma_sync(acc[f], p, b, acc[f]);\n"
+         "                }\n"
+         "            }\n"
+         "        }\n",
+         "        // 4. O += P V: added above, as the rows are scaled.\n")),
+       expect=r"your kernel ran 12 matrix operations \(wmma::mma_sync, all at line \d+ of 05_mma\.cu\) where the two "
+              r"products of the 6 key tiles its blocks visit need at least 24 .*one product's worth", hint=None,
+       measured=True),
     # -- 06: causal ------------------------------------------------------------------------------
     _W("06.causal_cuda", "mask-off-by-one", "masks j < i + offset instead of j <= i + offset, hiding the diagonal key",
        (("min(keys, row + offset - j0 + 1)", "min(keys, row + offset - j0)"),), hint="the output is all zeros"),

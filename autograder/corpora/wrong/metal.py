@@ -40,8 +40,11 @@ class WrongMetalKernel(WrongKernel):
 
         module = module or self.module()
         if self.measured:
-            from course.measured import causal_tiles_simt
-            causal_tiles_simt(self.exercise, module)
+            from course import measured
+            if self.exercise in measured.SIMT_PROBES:
+                measured.causal_tiles_simt(self.exercise, module)
+            if self.exercise in measured.MATRIX_PROBES:
+                measured.matrix_units_simt(self.exercise, module)
         if self.exercise in cuda.STEPS:  # one thread per row: CUDA's lesson-01 launch
             small, _ = cuda.grading_cases(self.exercise)
             if self.checked:
@@ -150,6 +153,28 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("05.mma_metal", "tile-range-top-left", "ends the tile loop at the threadgroup's last row, top-left aligned",
        (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m), 0, int(n_k))"),),
        expect="wholly in the future|never loaded", hint="aligned top-left", measured=True),
+    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.measured).
+    _W("05.mma_metal", "pv-scalar-loop", "adds P V to the spilled accumulator with a loop of multiply-adds while "
+       "scaling it, and drops the simdgroup product of P and V",
+       (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n",
+         "        for (uint c = phase; c < d; c += 4) {  // O = correction O + P V, one column at a time\n"
+         "            float pv = 0.0f;\n"
+         "            for (uint j = 0; j < block_n; ++j) pv += float(p_row[j]) * float(v_tile[j * d + c]);\n"
+         "            o_row[c] = o_row[c] * correction + pv;\n"
+         "        }\n"),
+        ("        for (uint n0 = 0; n0 < block_n; n0 += 8) {\n"
+         "            simdgroup_half8x8 p_frag;\n"
+         "            simdgroup_load(p_frag, p_strip + n0, block_n);\n"
+         "            for (uint b = 0; b < blocks; ++b) {\n"
+         "                simdgroup_half8x8 v_frag;  // keys n0 .. n0 + 7, columns 8b .. 8b + 7\n"
+         "                simdgroup_load(v_frag, v_tile + n0 * d + b * 8, d);\n"
+         "                simdgroup_multiply_accumulate(o_acc[b], p_frag, v_frag, o_acc[b]);\n"
+         "            }\n"
+         "        }\n",
+         "        // O += P V: added above, as the rows are scaled.\n")),
+       expect=r"your kernel ran 48 matrix operations \(simdgroup_multiply_accumulate, all at line \d+ of "
+              r"05_mma\.metal\) where the two products of the 6 key tiles its blocks visit need at least 96 .*one "
+              r"product's worth", hint=None, measured=True),
     # -- 07: backward, atomic dQ ------------------------------------------------------------------
     _W("07.backward_atomic_metal", "non-atomic-dq", "adds its share into dQ with a plain += although other "
        "threadgroups add to the same rows",

@@ -8,6 +8,7 @@
 #pragma GCC system_header
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 // SIMT_CHECKED is defined (to 1) in builds for memcheck/racecheck, where every memory access of
 // the kernel is reported to the runtime. Header code that touches user memory on the kernel's behalf
@@ -92,6 +93,20 @@ using WarpCompute = void (*)(const void *const *in, void *const *out, uint32_t t
 // `fences`: what it orders (simdgroup_barrier's mem_flags; every other collective orders all memory).
 void warp_collective(const char *what, uint32_t mask, const void *in, void *out,
                      WarpCompute compute, const char *file, int line, unsigned fences = kFenceAll);
+
+// Counters mode: the warp-level matrix products of a launch, by kind. A front end's matrix operation
+// (wmma::mma_sync, simdgroup_multiply, simdgroup_multiply_accumulate) calls count_matrix_op once per
+// warp, from its compute function: D (m x n) = A (m x k) B (k x n) + C, with each operand's element
+// type (kMatrixNone for a C that is not added) and the call's return address in the kernel (its line).
+// Outside counters mode it does nothing.
+struct half;
+enum MatrixElement : unsigned { kMatrixNone = 0, kMatrixF16 = 1, kMatrixF32 = 2, kMatrixOther = 3 };
+template <class T> constexpr MatrixElement matrix_element() {
+    return std::is_same<T, float>::value ? kMatrixF32 : std::is_same<T, ::simt::half>::value ? kMatrixF16
+                                                                                  : kMatrixOther;
+}
+void count_matrix_op(unsigned m, unsigned n, unsigned k, MatrixElement a, MatrixElement b, MatrixElement c,
+                     MatrixElement d, const void *pc);
 
 // Where each thread leaves the kernel, for synccheck's divergent-barrier rule (runtime.cpp). The
 // generated entry point calls kernel_lines() with the kernel's first line and the line of its closing

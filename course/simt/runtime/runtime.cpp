@@ -190,6 +190,18 @@ struct SimtLaunchSpec {
 // executes it since the warp last met); each such warp access is reduced to a pattern (its lanes'
 // byte offsets from a 128-byte boundary, its width, kind and buffer), and equal patterns are counted
 // once with a multiplicity. Python (course/counters.py) turns patterns into sectors and banks.
+// One kind of warp-level matrix operation (course/simt/counters.py reads it): D (m x n) = A (m x k) B (k x n) + C
+// at one call site, with the element type of each operand (simt::MatrixElement; c is kMatrixNone when no C is
+// added).
+struct SimtMatrixOp {
+    uint64_t pc;               // the call's return address in the module, as an offset (for addr2line)
+    uint16_t m, n, k;
+    uint8_t a, b, c, d;
+    uint8_t reserved[6];
+    uint64_t count;            // operations of this kind completed, one per warp
+};
+static_assert(sizeof(SimtMatrixOp) == 32, "SimtMatrixOp is read by course/simt/counters.py");
+enum { kSimtMatrixKinds = 16 };
 struct SimtCounterHeader {
     uint64_t capacity;         // patterns the report holds
     uint64_t patterns;         // patterns written
@@ -197,6 +209,9 @@ struct SimtCounterHeader {
     uint64_t barriers;         // block-wide barriers completed, summed over blocks
     uint64_t barrier_warps;    // the same, counting each warp that took part (warp-level instructions)
     uint64_t warp_collectives; // shuffles, votes, __syncwarp and matrix operations completed, per warp
+    uint64_t matrix_ops;       // warp-level matrix multiply-accumulates completed (wmma::mma_sync, simdgroup_multiply...)
+    uint64_t matrix_kinds;     // entries of matrix_op in use; kinds past the last entry count in matrix_ops only
+    SimtMatrixOp matrix_op[kSimtMatrixKinds];  // per kind (shape and element types): how many completed
 };
 struct SimtPattern {
     uint64_t pc;               // the access's return address in the module, as an offset (for addr2line)
@@ -1678,6 +1693,26 @@ void kernel_return(int line) {
     f.returned = true;
 }
 
+void count_matrix_op(unsigned m, unsigned n, unsigned k, MatrixElement a, MatrixElement b, MatrixElement c,
+                     MatrixElement d, const void *pc) {
+    if (!g_launch || !g_launch->spec.counters) return;
+    SimtCounterHeader *h = g_launch->counters;
+    ++h->matrix_ops;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(g_launch->module.dli_fbase);
+    const uint64_t offset = pc && base ? uint64_t(reinterpret_cast<uintptr_t>(pc) - base) : 0;
+    const SimtMatrixOp op{offset, uint16_t(m), uint16_t(n), uint16_t(k), uint8_t(a), uint8_t(b), uint8_t(c),
+                          uint8_t(d), {}, 1};
+    for (uint64_t i = 0; i < h->matrix_kinds && i < kSimtMatrixKinds; ++i) {
+        SimtMatrixOp &e = h->matrix_op[i];
+        if (e.pc == op.pc && e.m == op.m && e.n == op.n && e.k == op.k && e.a == op.a && e.b == op.b &&
+            e.c == op.c && e.d == op.d) {
+            ++e.count;
+            return;
+        }
+    }
+    if (h->matrix_kinds < kSimtMatrixKinds) h->matrix_op[h->matrix_kinds++] = op;
+}
+
 void note_access(const void *addr, size_t bytes, int access, const void *pc) {
     if (g_launch && (g_launch->spec.memcheck || g_launch->spec.racecheck || g_launch->spec.counters))
         check_access(reinterpret_cast<uintptr_t>(addr), bytes, access, pc, false);
@@ -1977,6 +2012,7 @@ const SimtCounterHeader *simt_counters(void *handle) {
     if (L->counters) {
         L->counters->capacity = L->spec.counters_capacity;
         L->counters->patterns = std::min(L->counters->patterns, L->counters->capacity);
+        L->counters->matrix_kinds = std::min<uint64_t>(L->counters->matrix_kinds, kSimtMatrixKinds);
     }
     return L->counters;
 }

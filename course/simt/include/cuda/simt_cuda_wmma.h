@@ -164,6 +164,8 @@ SIMT_CUDA_COMPUTE void mma_compute(const void *const *in, void *const *out, uint
             d[e] = Td(sum + C[i * N + j]);
         }
     }
+    count_matrix_op(M, N, K, kMatrixF16, kMatrixF16, matrix_element<Tc>(), matrix_element<Td>(),
+                    static_cast<const MmaLane<Tc> *>(in[first_lane(part)])->pc);
 }
 
 template <int M, int N, int K, class Td, class Tc>

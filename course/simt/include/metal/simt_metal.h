@@ -919,6 +919,10 @@ void mma_compute(const void *const *in, void *const *out, std::uint32_t taking, 
             d.s[j] = convert<TD>(acc);
         }
     }
+    const In &lead = *static_cast<const In *>(in[first]);
+    simt::count_matrix_op(8, 8, 8, simt::matrix_element<TA>(), simt::matrix_element<TB>(),
+                          lead.accumulate ? simt::matrix_element<TC>() : simt::kMatrixNone, simt::matrix_element<TD>(),
+                          lead.call.pc);
 }
 
 template <class TD, class TA, class TB, class TC>
