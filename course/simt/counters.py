@@ -170,9 +170,12 @@ def read_counters(lib, handle: int, kernel, spec, buffer_names: Sequence[str]) -
         # addr2line wants the address of the access itself: one byte before the return address.
         text = "\n".join("{pc:%x}" % max(pc - 1, 0) for pc in offsets)
         lines = dict(zip(offsets, lib.symbolize(text, kernel.module.display_path).split("\n")))
-    matrix_ops = tuple(MatrixOps(int(r["m"]), int(r["n"]), int(r["k"]), *(ELEMENTS.get(int(r[x]), "other")
-                                                                           for x in "abcd"), int(r["count"]),
-                                 lines.get(int(r["pc"]), "")) for r in kinds)
+    merged: dict[tuple, int] = {}  # copies of one call (an unrolled loop) share its line
+    for r in kinds:
+        key = (int(r["m"]), int(r["n"]), int(r["k"]), *(ELEMENTS.get(int(r[x]), "other") for x in "abcd"),
+               lines.get(int(r["pc"]), ""))
+        merged[key] = merged.get(key, 0) + int(r["count"])
+    matrix_ops = tuple(MatrixOps(*key[:7], count, key[7]) for key, count in merged.items())
     events = {k: header[k] for k in ("barriers", "barrier_warps", "warp_collectives", "matrix_ops")}
     return LaunchCounters(kernel=kernel.name, language=kernel.module.language, grid=tuple(spec.grid),
                           block=tuple(spec.block), patterns=records, lines=lines, buffers=tuple(buffer_names),

@@ -32,6 +32,22 @@ __global__ void repeat_mma(const __half* a, const __half* b, float* out, int rep
     wmma::mma_sync(low, fa, fb, low);  // once
     if (blockIdx.x == 0 && threadIdx.x < 32) wmma::store_matrix_sync(out, acc, 16, wmma::mem_row_major);
 }
+
+// 20 call sites, more than the runtime's table has entries (16).
+__global__ void many_sites(const __half* a, float* out) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, a, 16);
+    wmma::fill_fragment(acc, 0.0f);
+#define SITE wmma::mma_sync(acc, fa, fb, acc)
+    SITE; SITE; SITE; SITE; SITE;
+    SITE; SITE; SITE; SITE; SITE;
+    SITE; SITE; SITE; SITE; SITE;
+    SITE; SITE; SITE; SITE; SITE;
+    wmma::store_matrix_sync(out, acc, 16, wmma::mem_row_major);
+}
 """
 
 METAL = r"""
@@ -113,3 +129,12 @@ def test_metal_counts_simdgroup_products_with_their_operand_types(metal):
     assert [op.sixteen_bit for op in sorted(c.matrix_ops, key=lambda op: op.a)] == [True, False]
     x = a.astype(np.float32).reshape(8, 8)
     np.testing.assert_allclose(out.reshape(8, 8), 3 * x @ x, rtol=1e-6)
+
+
+def test_more_call_sites_than_the_table_holds_still_count_every_operation(cuda):
+    a, out = np.ones(256, np.float16), np.zeros(256, np.float32)
+    c = cuda.get_function("many_sites")((1,), (64,), (a, out), check="counters").counters
+    assert c.events["matrix_ops"] == sum(op.count for op in c.matrix_ops) == 2 * 20
+    assert {(op.shape, op.a, op.b, op.c, op.d) for op in c.matrix_ops} == {("16×16×16", "fp16", "fp16", "fp32", "fp32")}
+    assert all(op.line.endswith("of matrix_ops.cu") for op in c.matrix_ops)
+    np.testing.assert_array_equal(out, np.full(256, 20 * 16, np.float32))

@@ -1710,7 +1710,19 @@ void count_matrix_op(unsigned m, unsigned n, unsigned k, MatrixElement a, Matrix
             return;
         }
     }
-    if (h->matrix_kinds < kSimtMatrixKinds) h->matrix_op[h->matrix_kinds++] = op;
+    if (h->matrix_kinds < kSimtMatrixKinds) {
+        h->matrix_op[h->matrix_kinds++] = op;
+        return;
+    }
+    // Every entry is taken (more call sites than entries: an unrolled loop's copies, say): the operation counts
+    // with one of the same shape and types made elsewhere, so the counts per kind stay whole.
+    for (uint64_t i = 0; i < kSimtMatrixKinds; ++i) {
+        SimtMatrixOp &e = h->matrix_op[i];
+        if (e.m == op.m && e.n == op.n && e.k == op.k && e.a == op.a && e.b == op.b && e.c == op.c && e.d == op.d) {
+            ++e.count;
+            return;
+        }
+    }
 }
 
 void note_access(const void *addr, size_t bytes, int access, const void *pc) {
