@@ -610,16 +610,16 @@ def _sites(ops: list) -> str:
     return ", at " + ", ".join(lines[:-1]) + " and " + lines[-1]
 
 
-def matrix_units_simt(exercise: str, module, probe: _MatrixProbe | None = None) -> None:
+def matrix_units_simt(exercise: str, module) -> None:
     """Lesson 05 (CUDA C, Metal): both products of every key tile a block visits go through matrix instructions
     (``wmma::mma_sync``, ``simdgroup_multiply_accumulate``), on 16-bit operands for 16-bit inputs.
 
     Counters mode counts every warp-level matrix operation of the launch with its shape and operand types. One
     product of a block's key tile is block_m × block_n × d multiply-adds, so it needs at least that many over
-    M·N·K matrix operations; a kernel that computes one of the two products with a scalar loop runs half the
+    M·N·K-sized matrix operations; a kernel that computes one of the two products with a scalar loop runs half the
     operations the two need, and one with no matrix operation at all runs none. The sentence says how many ran,
     how many the tiles need, and where the operations that ran were made."""
-    probe = probe or MATRIX_PROBES[exercise]
+    probe = MATRIX_PROBES[exercise]
     case, bm, bn = probe.case, probe.block_m, probe.block_n
     ops = _matrix_ops(_simt_forward(exercise, module, bm, bn), case)
     if ops is None:
