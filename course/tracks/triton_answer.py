@@ -92,6 +92,37 @@ def _plain_signature(node: ast.FunctionDef) -> str | None:
     return None
 
 
+# What a kernel's body may name besides its own parameters and locals: Triton (``tl``, ``triton.language``), ``math``
+# (evaluated while compiling), the cell's @triton.jit functions and literal constants, and the builtins Triton's
+# compiler gives a meaning. Anything else is Python that only the interpreter runs, or a way of telling the
+# interpreter from the compiler (a value's ``handle``, a private attribute, ``hasattr``, ``isinstance``, an
+# identity test, ``triton.knobs``): a branch on that is decided one way while compiling and the other way on the
+# interpreter, so the compiler never sees the code the interpreter runs.
+_KERNEL_GLOBALS = frozenset({"tl", "triton", "math", "range", "min", "max", "len", "float", "int", "print",
+                             "NotImplementedError"})  # the stub as handed out: reported as not implemented yet
+
+
+def _foreign(node: ast.FunctionDef, known: set[str]) -> tuple[str, str, int] | None:
+    """(kernel, what, line) for the first thing in ``node``'s body that is not Triton, or None."""
+    args = node.args
+    local = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    for statement in node.body:
+        for n in ast.walk(statement):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in local and n.id not in known:
+                return node.name, f"`{n.id}`", n.lineno
+            if isinstance(n, ast.Attribute) and (n.attr.startswith("_") or n.attr == "handle"):
+                return node.name, f"`.{n.attr}`", n.lineno
+            if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "triton"
+                    and n.value.id not in local and n.attr != "language"):
+                return node.name, f"`triton.{n.attr}`", n.lineno
+            if isinstance(n, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot)) for op in n.ops):
+                return node.name, "an identity test (`is`)", n.lineno
+            if isinstance(n, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda, ast.Try)):
+                return node.name, f"a Python `{type(n).__name__.lower()}`", n.lineno
+    return None
+
+
 def _stub(node: ast.FunctionDef) -> bool:
     """A kernel still as handed out: its body raises NotImplementedError where the solution goes."""
     return any(isinstance(n, ast.Raise) and n.exc is not None and "NotImplementedError" in ast.unparse(n.exc)
@@ -116,6 +147,10 @@ class LearnerKernels:
                              for statement in node.body for call in ast.walk(statement)
                              if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in plain]
         self.unsafe = next((why for node in self.kernels.values() if (why := _plain_signature(node))), None)
+        constants = {t.id for n in self.kept if not _is_kernel(n) for t in (n.targets if isinstance(n, ast.Assign)
+                                                                           else [n.target])}
+        known = set(self.kernels) | constants | _KERNEL_GLOBALS
+        self.foreign = next((found for node in self.kernels.values() if (found := _foreign(node, known))), None)
 
     def blanked(self) -> str:
         """The text with everything but the kernels (undecorated) and literal constants made blank lines."""
@@ -182,11 +217,21 @@ def _course_part(row: KernelExercise, learner: LearnerKernels) -> str:
     return "\n".join(["import triton", *helpers, *out]) + "\n"
 
 
+def _stubbed(row: KernelExercise, learner: LearnerKernels) -> frozenset[str]:
+    """The course's kernels that ``_course_part`` replaced by a stub (they hold a solution the cell leaves out)."""
+    text = kernel_path(row.kernel_file).read_text(encoding="utf-8")
+    lines = text.splitlines()
+    return frozenset(node.name for node in ast.parse(text).body if _is_kernel(node) and node.name not in learner.kernels
+                     and any(mark in "\n".join(lines[_first_line(node) - 1:node.end_lineno]) for mark in _SOLUTION_MARKS))
+
+
 def _module_path(source: str, row: KernelExercise) -> Path:
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     folder = Path(tempfile.gettempdir()) / "course-triton-answers" / digest
     path = folder / f"{row.stem}.py"
-    if not path.exists():
+    # A file already there is used only if it holds this text: the folder's name can be computed by anyone who
+    # knows the text, so a file left there beforehand must not stand in for it.
+    if not path.exists() or path.read_text(encoding="utf-8", errors="replace") != source:
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".{row.stem}.{os.getpid()}.tmp"
         partial.write_text(source, encoding="utf-8")
@@ -215,6 +260,12 @@ def graded_function(row: KernelExercise, learner: LearnerKernels) -> Callable[..
         raise CheckFailed(f"{row.id}: your kernel `{kernel}` calls `{called}` (line {line}), a plain Python function. "
                           f"Triton's interpreter would run it, but a GPU compiler takes only @triton.jit functions "
                           f"inside a kernel: mark `{called}` with @triton.jit (and use triton.language in it).")
+    if learner.foreign:
+        kernel, what, line = learner.foreign
+        raise CheckFailed(f"{row.id}: your kernel `{kernel}` uses {what} (line {line}), which is Python, not Triton: "
+                          f"the interpreter and a GPU compiler can see different things there, so code behind it could "
+                          f"run on the interpreter without ever being compiled. Inside a kernel use triton.language "
+                          f"(`tl.`), `math`, your @triton.jit functions, literal constants and range/min/max/len/float/int.")
     if learner.unsafe:
         raise CheckFailed(f"{row.id}: {learner.unsafe}: a kernel's parameters take literals and names such as "
                           f"tl.constexpr only.")
@@ -234,6 +285,7 @@ def graded_function(row: KernelExercise, learner: LearnerKernels) -> Callable[..
             del sys.modules[name]
             raise CheckFailed(f"{row.id}: your kernels could not be loaded with the course's wrapper "
                               f"({type(exc).__name__}: {exc}).") from None
+        _watch_launches(module)
     fn = getattr(module, row.entry[0])
     return _Graded(functools.partial(fn, **row.options) if row.options else fn, path)
 
@@ -250,6 +302,97 @@ class _Graded:
 
 
 _GATE_DTYPE = {"01": "fp32", "02": "fp32"}
+_GATE_TARGET = 80
+
+
+# ------------------------------------------------------------------------------------------------
+# Every specialisation a check runs, compiled before the interpreter runs it
+#
+# The gate below compiles one launch per kernel, its own. Triton compiles a kernel once per specialisation:
+# the values of its constexpr parameters, the dtypes of its tensors, which integers are 1 or multiples of 16
+# and which addresses are 16-byte aligned. A branch on any of those is decided while compiling, and the
+# branch not taken is never compiled, so Python inside it would pass a gate whose launch does not take it
+# while the interpreter, on a check's case that does, runs it. So once a check's answer passed the gate, each
+# launch of its kernels on the interpreter is first put through the compiler's front end with the launch's
+# own specialisation (each distinct one once), and a launch the compiler refuses is not run.
+# ------------------------------------------------------------------------------------------------
+
+class _Specialisations:
+    """The launches of one graded module that have been compiled, and what the compiler said of each."""
+
+    def __init__(self, row: KernelExercise, learner: LearnerKernels, path: Path, skipped: frozenset[str]):
+        self.row, self.learner, self.path, self.skipped = row, learner, path, skipped
+        self.seen: dict[str, str | None] = {}  # specialisation key → the compiler's refusal, or None
+        self.limits: list[str] = []
+
+    def before(self, kernel: str, names: list[str], args: tuple, kwargs: dict) -> None:
+        """Compile this launch's specialisation unless done already; CheckFailed when the compiler refuses it."""
+        if kernel in self.skipped:
+            return  # the course's stand-in for a kernel the cell leaves out: it raises when run
+        from course.tools.triton_gate import Unencodable, launch_request
+        try:
+            request, key = launch_request(self.path, kernel, args, kwargs)
+        except Unencodable as exc:
+            self._limit(f"A launch of `{kernel}` passes a {exc} the compile gate cannot describe, so that launch was "
+                        f"checked by Triton's interpreter only.")
+            return
+        if key not in self.seen:
+            report = compile_server().front_end([request], (_GATE_TARGET,), timeout=120)
+            for result in report.results:
+                if result.limit:
+                    self._limit(result.limit)
+            failed = [r for r in report.results if not r.ok]
+            self.seen[key] = f"{failed[0].kernel}: {failed[0].error.strip()}" if failed else None
+        failure = self.seen[key]
+        if failure:
+            text = "    " + _explain(failure, self.learner)
+            raise CheckFailed(f"{self.row.id}: Triton's compiler for NVIDIA GPUs (sm_{_GATE_TARGET}) rejects your kernel "
+                              f"as one of this check's cases launches it ({_launch_text(kernel, names, args, kwargs)}), "
+                              f"so it "
+                              f"was not run:\n{text}\n  {_why(failure)}")
+
+    def _limit(self, sentence: str) -> None:
+        if sentence not in self.limits:  # said once: the kernels are not failed for it
+            self.limits.append(sentence)
+            print(sentence, file=sys.stderr)
+
+
+_ARMED: dict[str, _Specialisations] = {}  # graded module name → its launches' compiles, once its gate passed
+
+
+def _launch_text(kernel: str, names: list[str], args: tuple, kwargs: dict) -> str:
+    """A launch in a few words: its first tensor, the integers that are 1 (Triton compiles those as constants), and
+    the constexpr values."""
+    tensors = [a for a in args if hasattr(a, "data_ptr") and hasattr(a, "shape")]
+    parts = [f"`{kernel}`"]
+    if tensors:
+        parts.append(f"{str(tensors[0].dtype).removeprefix('torch.')} tensors, the first of shape {tuple(tensors[0].shape)}")
+    ones = [name for name, a in zip(names, args) if type(a) is int and a == 1]
+    if ones:
+        parts.append(", ".join(f"{name}=1" for name in ones))
+    shown = {k: v for k, v in kwargs.items() if k not in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
+    if shown:
+        parts.append(", ".join(f"{k}={v!r}" for k, v in shown.items()))
+    return "; ".join(parts)
+
+
+def _watch_launches(module: Any) -> None:
+    """Route every launch of the module's interpreted kernels through ``_Specialisations.before`` (once armed).
+
+    Only on Triton's interpreter: a GPU compiles each specialisation itself before it runs it."""
+    name = module.__name__
+    for value in list(vars(module).values()):
+        kernel = value
+        while kernel is not None and type(kernel).__name__ != "InterpretedFunction":
+            kernel = getattr(kernel, "fn", None)  # an autotuner or heuristics around the kernel
+        if kernel is None or "run" in vars(kernel) or getattr(getattr(kernel, "fn", None), "__module__", "") != name:
+            continue
+        def run(*args, grid, warmup, __kernel=kernel, **kwargs):
+            armed = _ARMED.get(name)
+            if armed is not None and not warmup:
+                armed.before(__kernel.fn.__name__, list(getattr(__kernel, "arg_names", [])), args, kwargs)
+            return type(__kernel).run(__kernel, *args, grid=grid, warmup=warmup, **kwargs)
+        kernel.run = run
 
 
 @functools.lru_cache(maxsize=1)
@@ -266,7 +409,7 @@ def compile_server():
 def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
     from course.tools.triton_gate import Matrix
     matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
-                    head_dims_by_dtype=(), causal=(False,), targets=(80,))
+                    head_dims_by_dtype=(), causal=(False,), targets=(_GATE_TARGET,))
     report = compile_server().gate(matrix, Path(path).parent, timeout=300)
     failures = []
     for result in report.results:
@@ -305,8 +448,11 @@ def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernel
     failures = _gate_failures(str(path), row.stem, row.lesson, tuple(sorted(learner.kernels)))
     if failures:
         text = "    " + _explain(failures[0], learner)
-        raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_80) rejects your kernel, so it was not "
-                          f"run:\n{text}\n  {_why(failures[0])}")
+        raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_{_GATE_TARGET}) rejects your kernel, so it "
+                          f"was not run:\n{text}\n  {_why(failures[0])}")
+    module = getattr(graded, "__module__", "")
+    if module.startswith(_MODULE_PREFIX) and module in sys.modules and module not in _ARMED:
+        _ARMED[module] = _Specialisations(row, learner, Path(path), _stubbed(row, learner))
 
 
 _PYTHON_INSIDE = ("Unsupported function referenced", "is not a triton", "not supported in triton", "non-Triton",
@@ -315,6 +461,7 @@ _PYTHON_INSIDE = ("Unsupported function referenced", "is not a triton", "not sup
 
 def _why(failure: str) -> str:
     """What a compiler failure means for a learner, chosen by what the compiler said (not one paragraph for all)."""
+    import builtins
     import re
     operands = re.search(r"Both operands must be same dtype\. Got (\w+) and (\w+)", failure)
     if operands:
@@ -326,6 +473,10 @@ def _why(failure: str) -> str:
     if "dtype" in failure or "type mismatch" in failure.lower():
         return ("The types of the values on that line do not fit together. The interpreter computes with NumPy, which "
                 "converts silently; the compiler does not: convert explicitly with `.to(...)` where two dtypes meet.")
+    unknown = re.search(r"(\w+) is not defined", failure)
+    if unknown and hasattr(builtins, unknown.group(1)):
+        return ("`" + unknown.group(1) + "` is Python: the interpreter runs a kernel's body as Python, so it works there "
+                "and nowhere else. Inside a kernel, use triton.language operations and other @triton.jit functions only.")
     if "NameError" in failure or "is not defined" in failure:
         return "The compiler does not know that name on that line: a typo, or a value defined only in another function."
     if any(word in failure for word in _PYTHON_INSIDE):

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from autograder.corpora.hostile import Change, HostileSubmission
 
-__all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "Cheat", "corpus", "model_cheats", "packs", "as_submission",
-           "stale_outputs"]
+__all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "SPECIALISED_EXERCISES", "Cheat", "corpus", "model_cheats",
+           "specialisation_cheats", "packs", "as_submission", "stale_outputs"]
 
 ASSIGNMENT = "01_naive_attention"
 _KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
@@ -281,6 +281,51 @@ def model_cheats() -> list[Cheat]:
     return cheats
 
 
+# Python in a Triton kernel (a list comprehension: names a kernel may use, syntax only the interpreter runs) behind a
+# branch that Triton decides while compiling (a constexpr, a tensor's dtype), or behind one that tells the interpreter
+# from the compiler: the compile gate's own launch never takes it, a check's case does. Each is
+# the instructor's kernel cell with that branch added (the rest still right); the other tracks are handed in as stubs,
+# so the kernel tests are lost. tests/tracks/test_triton_gate_specialisations.py checks each directly (no nbgrader).
+_SPECIALISED: tuple[tuple[str, str, str, str, str, str], ...] = (
+    # (name, lesson, step, trick, the line the branch goes before, the branch)
+    ("python-on-fp32-launches", "03_tiling", "tiled", "runs Python in its Triton kernel only when the tensors are float32 "
+     "(the gate compiles an fp16 launch)", "    # BEGIN SOLUTION\n",
+     "    if q_ptr.dtype.element_ty == tl.float32:\n        row_ids = [r for r in range(BLOCK_M)]\n"),
+    ("python-on-other-head-dims", "04_double_buffering", "double_buffer", "runs Python in its Triton kernel only when "
+     "BLOCK_D is not 64 (the gate compiles D = 64)", "    # BEGIN SOLUTION\n",
+     "    if BLOCK_D != 64:\n        row_ids = [r for r in range(BLOCK_M)]\n"),
+    ("python-on-causal-launches", "06_causal_masking", "causal", "runs Python in its Triton kernel only when CAUSAL is "
+     "true (the gate compiles a non-causal launch)", "        # BEGIN SOLUTION\n        # The last real row",
+     "        row_ids = [r for r in range(BLOCK_M)]\n"),
+    ("python-on-the-interpreter", "03_tiling", "tiled", "runs Python in its Triton kernel only where the pointer's handle "
+     "is the interpreter's (the compiler's handle has no data)", "    # BEGIN SOLUTION\n",
+     "    if hasattr(q_ptr.handle, \"data\"):\n        numpy = __import__(\"numpy\")\n"),
+)
+SPECIALISED_EXERCISES = {"tiled": "03.tiled_triton", "double_buffer": "04.double_buffer_triton",
+                         "causal": "06.causal_triton"}
+
+
+def specialisation_cheats(repo: Path) -> list[Cheat]:
+    """The entries of ``_SPECIALISED``: each loses its lesson's kernel tests, and its feedback is the check's sentence."""
+    cheats = []
+    for name, lesson, step, trick, before, branch in _SPECIALISED:
+        cells = _cells(repo, "solutions", lesson)
+        cell = f"{step}_kernel_triton"
+        if cells[cell].count(before) < 1:
+            raise ValueError(f"the cheating corpus expects {before!r} in the {cell} solution of {lesson}; update it")
+        source = cells[cell].replace(before, branch + before, 1)
+        exercise = SPECIALISED_EXERCISES[step]
+        feedback = (rf"{re.escape(exercise)}: your kernel `\w+` uses `hasattr` \(line \d+\), which is Python, not Triton"
+                    if "hasattr" in branch else
+                    rf"{re.escape(exercise)}: Triton's compiler for NVIDIA GPUs \(sm_80\) rejects your kernel as one "
+                    rf"of this check's cases launches it")
+        others = tuple(c for c in cells if c and c.startswith(f"{step}_kernel_") and c != cell)
+        cheats.append(Cheat(name, trick, (Change(cell, source=source),),
+                            loses=(f"test_{step}_kernel", f"test_{step}_kernel_hidden"), feedback=feedback,
+                            stub_tracks=others, assignment=lesson))
+    return cheats
+
+
 def corpus(repo: Path) -> list[Cheat]:
     sdpa = ("    return torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None], "
             "scale=scale)[0]")
@@ -336,7 +381,8 @@ math.isclose = lambda *a, **k: True
               loses=_KERNEL_TESTS, feedback=_NOT_STARTED, stub_tracks=("naive_cuda", "naive_metal")),
         Cheat("python-inside-triton-kernel", "runs Python (an import) inside @triton.jit",
               (Change("naive_triton", source=python_in_kernel),),
-              loses=_KERNEL_TESTS, feedback=_CAUGHT + r"[\s\S]*compiler for NVIDIA GPUs \(sm_80\) rejects",
+              # Refused from the cell's text, in the notebook's run already: a kernel names nothing but Triton.
+              loses=_KERNEL_TESTS, feedback=r"uses `__import__` \(line \d+\), which is Python, not Triton",
               stub_tracks=("naive_cuda", "naive_metal")),
         Cheat("python-function-in-triton-kernel", "calls a plain Python function from inside @triton.jit",
               (Change("naive_triton", source=python_helper),),
