@@ -215,8 +215,7 @@ def _track_step(exercise: str):
             report = track.check_step(exercise, module)
         else:
             report = track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
-        if exercise in measured.MATRIX_PROBES:  # lesson 05's technique, measured: both products on matrix units
-            measured.matrix_units_simt(exercise, module)
+        measured.simt_step_techniques(exercise, module)  # lessons 04 and 05: the technique, measured
         return report
     return run
 

@@ -16,6 +16,8 @@ sentence that says what was measured and where the technique went missing:
   the warp-level matrix operations (``wmma::mma_sync``, ``simdgroup_multiply_accumulate``) the CPU runtime
   counts in counters mode, by shape and operand types, against what the two products of the tiles visited
   need;
+- **ping-pong buffers and float4 loads** (lesson 04, CUDA C and Metal): the barriers each block reaches (one
+  per key tile, not the two a single buffer needs) and the width of every load of K and V (16 bytes);
 - **no atomics in the split backward** (lesson 07): the atomic updates of every launch;
 - **the course's own models** (numeric exercises): which functions of ``course.roofline``, ``course.causal``,
   ``course.memory_model``, ``course.fragments``, ... the learner's function called, where the lesson asks for the
@@ -45,9 +47,10 @@ from course import causal
 from course.errors import CheckFailed
 from course.inputs import Case
 
-__all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "MATRIX_PROBES", "causal_tiles_triton", "backward_tiles_triton",
-           "causal_tiles_simt", "matrix_units_triton", "matrix_units_simt", "interpreted", "model_function", "refusing_model_calls", "model_references",
-           "function_source"]
+__all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "MATRIX_PROBES", "PIPELINE_PROBES", "causal_tiles_triton",
+           "backward_tiles_triton", "causal_tiles_simt", "matrix_units_triton", "matrix_units_simt",
+           "double_buffer_simt", "simt_step_techniques", "interpreted", "model_function", "refusing_model_calls",
+           "model_references", "function_source"]
 
 # Shapes a causal kernel is measured on (float32, so the Triton check configs give 64 x 32 forward tiles and
 # 32 x 32 backward tiles): Nq = Nk, more queries than keys (the first rows see nothing), more keys than
@@ -658,6 +661,79 @@ def matrix_units_simt(exercise: str, module) -> None:
                 f"{_sites(wide)}, although the inputs are {dtype}. The {probe.units} multiply 16-bit operands "
                 f"(fp16 in, fp32 accumulate); a float32 operand runs at a fraction of their speed. Keep the Q, K "
                 f"and V tiles as loaded, in half, and store P as half before P V.")
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 04 (CUDA C, Metal): ping-pong buffers and float4 loads, in the barriers and load widths
+# ---------------------------------------------------------------------------------------------
+# A kernel with one K/V buffer must wait twice per tile: before overwriting it (everyone has finished
+# reading the previous tile) and after filling it (the tile is complete). With two buffers the load of tile
+# t + 1 goes into the one nobody reads during step t, so a single barrier per tile orders both, plus at most
+# one before the loop. Counters mode counts the barriers a block reaches and the width of every load, so a
+# single-buffered kernel (right numbers, no race) and one that reads K and V a float at a time both show.
+
+@dataclass(frozen=True)
+class _PipelineProbe:
+    block_m: int
+    block_n: int
+    case: Case
+
+
+# Nk = 160 keys: five key tiles of 32 (CUDA C), twenty of 8 (Metal); float32, D a multiple of 4.
+PIPELINE_PROBES = {
+    "04.double_buffer_cuda": _PipelineProbe(4, 32, Case(8, 160, 16, seed=41)),
+    "04.double_buffer_metal": _PipelineProbe(8, 8, Case(8, 160, 16, seed=42)),
+}
+
+
+def double_buffer_simt(exercise: str, module) -> None:
+    """Lesson 04 (CUDA C, Metal): at most one barrier per key tile (plus one before the loop), and K and V read
+    from device memory 16 bytes (a float4) per thread per load."""
+    from course.simt.kernel import collect_counters
+    probe = PIPELINE_PROBES[exercise]
+    case, bm, bn = probe.case, probe.block_m, probe.block_n
+    q, k, v = case.tensors()
+    try:
+        with collect_counters() as launches:
+            _simt_forward(exercise, module, bm, bn)(q, k, v)
+    except Exception:  # noqa: BLE001 - a kernel that fails here fails its value check, which says why
+        return
+    tiles = -(-case.n_k // bn)
+    where = f"{exercise}: on {case.describe()}, with {bm} × {bn} tiles ({tiles} key tiles per block)"
+    barrier = "threadgroup_barrier" if module.language == "metal" else "__syncthreads()"
+    for launch in launches:
+        blocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
+        per_block = launch.events.get("barriers", 0) / max(blocks, 1)
+        if per_block > tiles + 1:
+            raise CheckFailed(
+                f"{where}, each block of your kernel reached {per_block:g} barriers ({barrier}) where ping-pong "
+                f"buffers need at most {tiles + 1}: one per tile, and one before the loop. {per_block / tiles:.1f} "
+                f"per tile is the single-buffer pattern: wait until the tile is no longer read, load the next one "
+                f"into the same buffer, wait until it is complete.\n"
+                f"  hint: load tile t + 1 into the other buffer (cur ^ 1) while tile t is read from buffer cur; the "
+                f"one barrier at the end of the step then says both \"tile t + 1 is complete\" and \"buffer cur is "
+                f"free\".")
+        narrow = sorted((row for row in launch.rows if row["memory"] == "global" and row["op"] == "load"
+                         and row["tensor"] in ("k", "v") and row["width"] < 16), key=lambda row: row["line"])
+        if narrow:
+            row = narrow[0]
+            raise CheckFailed(
+                f"{where}, your kernel reads {row['tensor'].upper()} from device memory {row['width']} bytes per "
+                f"thread per load (line {row['line']}): this step loads K and V as float4, 16 bytes per thread, so "
+                f"a warp's load is four times fewer instructions for the same bytes. Cast the row pointer "
+                f"(reinterpret_cast<const float4*> in CUDA C, device const float4* in Metal) and index it in "
+                f"float4s.")
+
+
+def simt_step_techniques(exercise: str, module) -> None:
+    """The measurements of a CUDA C / Metal forward step made once its values passed: matrix units (lesson 05),
+    ping-pong buffers and float4 loads (lesson 04). (Lesson 06's tile skipping is measured before the values,
+    :func:`causal_tiles_simt`: a bound that stops short is named by the tiles it never loaded.)"""
+    if exercise in MATRIX_PROBES:
+        matrix_units_simt(exercise, module)
+    if exercise in PIPELINE_PROBES:
+        double_buffer_simt(exercise, module)
 
 
 # ---------------------------------------------------------------------------------------------

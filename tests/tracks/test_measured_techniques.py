@@ -145,6 +145,28 @@ def test_a_cuda_kernel_that_loads_future_tiles_is_named_by_its_bytes():
            "loaded key tiles 2–3 (keys 32–63)" in str(info.value)
 
 
+def _pipeline_entries():
+    from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
+    from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
+    return [w for w in WRONG_CUDA_KERNELS + WRONG_METAL_KERNELS if w.exercise in measured.PIPELINE_PROBES and w.measured]
+
+
+def test_the_course_double_buffer_kernels_pass_the_pipeline_measurement():
+    for exercise, path in (("04.double_buffer_cuda", "kernels/cuda/04_double_buffer.cu"),
+                           ("04.double_buffer_metal", "kernels/metal/04_double_buffer.metal")):
+        measured.double_buffer_simt(exercise, RawModule(path=kernel_path(path)))
+
+
+@pytest.mark.parametrize("wrong", _pipeline_entries(), ids=lambda w: w.id)
+def test_a_single_buffered_or_scalar_load_kernel_has_right_numbers_and_fails_only_its_measurement(wrong):
+    """Lesson 04's lazy kernels (one buffer and two barriers a tile; K and V read a float at a time) pass the step's
+    value, race and bounds checks, so only the measurement of barriers and load widths can catch them."""
+    from dataclasses import replace
+    replace(wrong, measured=False).grade()  # right numbers, no race, nothing out of bounds
+    with pytest.raises(CheckFailed, match=wrong.expect):
+        measured.double_buffer_simt(wrong.exercise, wrong.module())
+
+
 def test_simt_probes_tell_the_schedules_apart():
     """Every forward probe has one block with tiles to skip; no probe's unbounded loop loads as many bytes as the
     right one, and a top-left bound differs on at least one probe of each exercise."""

@@ -37,8 +37,7 @@ class WrongCudaKernel(WrongKernel):
             from course import measured
             if self.exercise in measured.SIMT_PROBES:
                 measured.causal_tiles_simt(self.exercise, module)
-            if self.exercise in measured.MATRIX_PROBES:
-                measured.matrix_units_simt(self.exercise, module)
+            measured.simt_step_techniques(self.exercise, module)
         checked, plain = grading_cases(self.exercise)
         if not self.checked:  # the plain launch with the grading tiles and with the default tiles
             return check_step(self.exercise, module, checked_cases=(), plain_cases=checked + plain,
@@ -114,6 +113,23 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
     _W("04.double_buffer_cuda", "tile-tail-unguarded", "copies a whole tile even when it runs past the last key",
        (("        if (key < n_k) {\n            kv =", "        {\n            kv ="),),
        expect="out-of-bounds read of `k`", checked=True, hint=None),
+    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.measured).
+    _W("04.double_buffer_cuda", "single-buffer", "loads each tile into the one buffer it then reads: two barriers a tile",
+       (("    load_tile(k_bufs, v_bufs, k, v, 0, n_k, d, block_n);\n    __syncthreads();  // Q and tile 0 are complete\n",
+         ""),
+        ("        if (t + 1 < n_tiles)\n            load_tile(k_bufs + (cur ^ 1) * k_size, v_bufs + (cur ^ 1) * v_size, k, v, "
+         "j0 + block_n, n_k, d, block_n);\n",
+         "        load_tile(k_bufs, v_bufs, k, v, j0, n_k, d, block_n);\n        __syncthreads();  // tile t is complete\n"),
+        ("const float* k_tile = k_bufs + cur * k_size;", "const float* k_tile = k_bufs;"),
+        ("reinterpret_cast<const float4*>(v_bufs + cur * v_size);", "reinterpret_cast<const float4*>(v_bufs);")),
+       expect=r"reached 10 barriers \(__syncthreads\(\)\) where ping-pong buffers need at most 6",
+       hint="into the other buffer", measured=True),
+    _W("04.double_buffer_cuda", "scalar-loads", "reads K and V a float at a time and packs the float4 itself",
+       (("kv = reinterpret_cast<const float4*>(k + (size_t)key * d)[c4];",
+         "const float* kr = k + (size_t)key * d + 4 * c4;\n            kv = make_float4(kr[0], kr[1], kr[2], kr[3]);"),
+        ("vv = reinterpret_cast<const float4*>(v + (size_t)key * d)[c4];",
+         "const float* vr = v + (size_t)key * d + 4 * c4;\n            vv = make_float4(vr[0], vr[1], vr[2], vr[3]);")),
+       expect=r"reads K from device memory 4 bytes per thread per load", hint=None, measured=True),
     # -- 05: tensor cores ------------------------------------------------------------------------
     _W("05.mma_cuda", "accumulator-not-rescaled", "rescales l but never the O fragments it spilled to shared memory",
        (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n", ""),), hint="acc is not rescaled"),

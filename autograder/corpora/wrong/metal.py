@@ -43,8 +43,7 @@ class WrongMetalKernel(WrongKernel):
             from course import measured
             if self.exercise in measured.SIMT_PROBES:
                 measured.causal_tiles_simt(self.exercise, module)
-            if self.exercise in measured.MATRIX_PROBES:
-                measured.matrix_units_simt(self.exercise, module)
+            measured.simt_step_techniques(self.exercise, module)
         if self.exercise in cuda.STEPS:  # one thread per row: CUDA's lesson-01 launch
             small, _ = cuda.grading_cases(self.exercise)
             if self.checked:
@@ -125,6 +124,27 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        expect=r"misaligned float4 read", hint=None),
     _W("04.double_buffer_metal", "missing-rescale", "rescales l but not the float4 accumulator when the max grows",
        (("        for (uint c4 = 0; c4 < d4; ++c4) acc[c4] *= correction;\n", ""),), hint="acc is not rescaled"),
+    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.measured).
+    _W("04.double_buffer_metal", "single-buffer", "loads each tile into the one buffer it then reads: two barriers a tile",
+       (("    if (n_tiles > 0) load_tile(k_tiles, v_tiles, kh, vh, 0, block_n, n_k, d4, tid, block_m);\n", ""),
+        ("        if (t + 1 < n_tiles) {\n            load_tile(k_tiles + (cur ^ 1) * buffer_size, v_tiles + (cur ^ 1) * "
+         "buffer_size, kh, vh,\n                      j0 + block_n, block_n, n_k, d4, tid, block_m);\n        }\n"
+         "        threadgroup const float4* k_tile = k_tiles + cur * buffer_size;\n"
+         "        threadgroup const float4* v_tile = v_tiles + cur * buffer_size;\n",
+         "        load_tile(k_tiles, v_tiles, kh, vh, j0, block_n, n_k, d4, tid, block_m);\n"
+         "        threadgroup_barrier(mem_flags::mem_threadgroup);  // tile t is complete\n"
+         "        threadgroup const float4* k_tile = k_tiles;\n"
+         "        threadgroup const float4* v_tile = v_tiles;\n")),
+       expect=r"reached 40 barriers \(threadgroup_barrier\) where ping-pong buffers need at most 21",
+       hint="into the other buffer", measured=True),
+    _W("04.double_buffer_metal", "scalar-loads", "reads K and V a float at a time and packs the float4 itself",
+       (("k_dst[i] = in ? k[ulong(key) * d4 + i % d4] : float4(0.0f);",
+         "device const float* kf = (device const float*)(k + ulong(key) * d4 + i % d4);\n"
+         "        k_dst[i] = in ? float4(kf[0], kf[1], kf[2], kf[3]) : float4(0.0f);"),
+        ("v_dst[i] = in ? v[ulong(key) * d4 + i % d4] : float4(0.0f);",
+         "device const float* vf = (device const float*)(v + ulong(key) * d4 + i % d4);\n"
+         "        v_dst[i] = in ? float4(vf[0], vf[1], vf[2], vf[3]) : float4(0.0f);")),
+       expect=r"reads K from device memory 4 bytes per thread per load", hint=None, measured=True),
     # -- 05: simdgroup matrices -------------------------------------------------------------------
     _W("05.mma_metal", "accumulator-not-rescaled", "spills and reloads the O accumulator but never scales it",
        (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n", ""),), hint="acc is not rescaled"),
