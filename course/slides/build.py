@@ -208,7 +208,7 @@ class _Renderer:
             return render.ladder_slide("Every lesson's kernels", rows,
                                        ["lesson", *(deck_defs.TRACK_NAMES[t] for t in tracks)])
         rows = []
-        for path in sorted((self.sources.root / spec.track).glob("*")):
+        for path in sorted(p for p in (self.sources.root / spec.track).glob("*") if p.is_file()):
             ref = f"{spec.track}/{path.name}"
             try:
                 title = self.sources.header(ref).title
