@@ -19,6 +19,7 @@ from course.engines import (Mistake, Report, check_attention, check_backward, ch
                             check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
 from course.isolation import run_isolated
+from course.answer_process import LiveAnswer
 from course.recording import Recorder, Replay, autograding, emit
 from course.inputs import Case, standard_cases
 
@@ -302,7 +303,7 @@ def _tiled_torch(fn, cases: Iterable[Case] | None = None) -> Report:
     # A first small case says "not implemented yet" to a stub and names a wrong formula before the
     # watched run, whose messages are about what the loop builds.
     check_attention("03.tiled_torch", _with_tiles(fn, 16, 16), [Case(17, 17, 32, kind="peaky", seed=1)], with_lse=True)
-    if not isinstance(fn, Replay):  # a recording holds answers, not the run that made them
+    if not isinstance(fn, (Replay, LiveAnswer)):  # answers from a recording or another process: no run to watch here
         _check_footprint("03.tiled_torch", fn)
     report = None
     for bm, bn in _TILE_SIZES:
@@ -1193,7 +1194,7 @@ def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
     if policy is None or not policy.refused:
         return graded
     from course.measured import function_source, model_references, refusing_model_calls
-    if isinstance(candidate, Replay):
+    if isinstance(candidate, (Replay, LiveAnswer)):
         source = getattr(candidate, "answer_source", None)  # set by course.recheck from the notebook handed in
         named = model_references(source, policy.refused) if isinstance(source, str) else []
     else:
@@ -1201,7 +1202,7 @@ def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
         named = model_references(found[0], policy.refused, line=found[1]) if found else []
     if named:
         raise CheckFailed(policy.sentence(exercise, named[0]))
-    if isinstance(candidate, Replay):
+    if isinstance(candidate, (Replay, LiveAnswer)):  # it runs elsewhere: its text is what can be read here
         return graded
     return refusing_model_calls(graded, policy.refused, lambda name: policy.sentence(exercise, name))
 
@@ -1241,6 +1242,8 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
                               f"again.")
     elif not callable(candidate):
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
+    if isinstance(candidate, LiveAnswer) and chosen.probe is not None:
+        candidate = candidate.replay  # a probe needs gradients and a training run, not values across a pipe
     if chosen.probe is not None and not isinstance(candidate, Replay):
         candidate = chosen.probe(candidate)
     graded, learner, row = _triton_kernels(exercise, candidate)

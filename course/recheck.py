@@ -7,8 +7,12 @@ learner's notebook, and the grade of each test cell is what this pass finds. ``J
 
 - ``setup``: the instructor's setup cells (imports), run first;
 - ``answers``: each answer cell of the lesson, as the learner handed it in, with what it answers:
-  - ``python`` cells are never run here. Their names become :class:`course.recording.Replay` stand-ins
-    that answer from what the notebook's checks recorded (``recordings``);
+  - ``python`` cells never run in this process. They run, in order, in an answer process of their own
+    (:mod:`course.answer_process`), and their names become :class:`course.answer_process.LiveAnswer`
+    stand-ins that call them there, so each check judges what the learner's function computes now, on the
+    arguments (drawn ones included) the check makes now. Only checks that need more than values across a
+    pipe (lesson 08's probes of gradients and training) answer from what the notebook's checks recorded
+    (``recordings``, :class:`course.recording.Replay`);
   - ``triton`` cells give only their ``@triton.jit`` functions, which Triton's real compiler must accept
     before the course's own wrapper launches them (:mod:`course.tracks.triton_answer`);
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import signal
 import sys
 import time
@@ -109,6 +114,7 @@ def _tt_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) 
 
 def _namespace(job: dict) -> dict[str, Any]:
     import course
+    from course.answer_process import AnswerProcess, LiveAnswer
     from course.recording import Replay
     if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
         from course.tracks.triton_answer import compile_server
@@ -118,13 +124,18 @@ def _namespace(job: dict) -> dict[str, Any]:
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(cell, "<setup>", "exec"), namespace)
     recordings = job.get("recordings", {})
+    python = [answer for answer in job.get("answers", []) if answer["kind"] == "python"]
+    answers = AnswerProcess(job.get("setup", []), [{"cell": a["cell"], "source": a.get("source"), "names": a["names"]}
+                                                   for a in python])
+    namespace["__answer_process__"] = answers
     tt_names: dict[str, Any] = {}  # what earlier TT-Lang cells defined: a later cell of the lesson calls it
     for answer in job.get("answers", []):
         kind = answer["kind"]
         if kind == "python":
             for name in answer["names"]:
-                namespace[name] = Replay(name, recordings)
-                namespace[name].answer_source = answer.get("source")  # the model-function policy reads it (course.exercises)
+                replay = Replay(name, recordings)
+                replay.answer_source = answer.get("source")  # the model-function policy reads it (course.exercises)
+                namespace[name] = LiveAnswer(name, answers, replay, answer.get("source"))
         elif kind == "triton":
             namespace.update(_triton_functions(answer))
         elif kind == "tt":
@@ -180,6 +191,7 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
             results[test["cell"]] = outcome
     finally:
         signal.signal(signal.SIGALRM, previous)
+        namespace["__answer_process__"].close()
     return results
 
 
@@ -188,11 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) not in (2, 3):
         print("usage: python -m course.recheck JOB.json RESULT.json [SECONDS_PER_TEST]", file=sys.stderr)
         return 2
+    from course.answer_process import protect_this_process, stop_every_answer_process
+    # The learner's Python answers run in children of this process: none may reach it, or outlive the result.
+    protect_this_process()
     job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     started = time.monotonic()
     results = run_job(job, float(args[2]) if len(args) == 3 else 600.0)
+    stop_every_answer_process()
     payload = {"tests": results, "seconds": round(time.monotonic() - started, 2)}
-    Path(args[1]).write_text(json.dumps(payload), encoding="utf-8")
+    target = Path(args[1])
+    staged = target.with_name(f".{target.name}.{os.getpid()}")
+    staged.write_text(json.dumps(payload), encoding="utf-8")
+    os.replace(staged, target)  # whatever stood at the result's path is replaced, never written through
     return 0
 
 

@@ -249,6 +249,30 @@ def build_module_source(row: KernelExercise, learner: LearnerKernels) -> str:
             f"{_course_part(row, learner)}")
 
 
+def _bound_names(text: str) -> set[str]:
+    """Every name ``text`` binds anywhere: imports, assignments, functions, classes, parameters."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).partition(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def _undefined(name: str, learner: LearnerKernels, row: KernelExercise) -> bool:
+    """A name bound nowhere (not a builtin, not in the cell, not in the course's file): a typo, which the compiler
+    reports with its line as the NameError it is, rather than Python the interpreter could run."""
+    import builtins
+    if not name.isidentifier() or hasattr(builtins, name):
+        return False
+    return name not in _bound_names(learner.text) | _bound_names(kernel_path(row.kernel_file).read_text(encoding="utf-8"))
+
+
 def graded_function(row: KernelExercise, learner: LearnerKernels) -> Callable[..., Any]:
     """The course's entry function of ``row``, launching the learner's kernels."""
     if not learner.kernels:
@@ -260,7 +284,10 @@ def graded_function(row: KernelExercise, learner: LearnerKernels) -> Callable[..
         raise CheckFailed(f"{row.id}: your kernel `{kernel}` calls `{called}` (line {line}), a plain Python function. "
                           f"Triton's interpreter would run it, but a GPU compiler takes only @triton.jit functions "
                           f"inside a kernel: mark `{called}` with @triton.jit (and use triton.language in it).")
-    if learner.foreign:
+    if learner.foreign and learner.foreign[0] in learner.stubs:
+        # A kernel as handed out names what its solution would define (``out``): not Python, just unfinished.
+        _not_implemented(row, learner)
+    if learner.foreign and not _undefined(learner.foreign[1].strip("`"), learner, row):
         kernel, what, line = learner.foreign
         raise CheckFailed(f"{row.id}: your kernel `{kernel}` uses {what} (line {line}), which is Python, not Triton: "
                           f"the interpreter and a GPU compiler can see different things there, so code behind it could "
@@ -434,6 +461,11 @@ def _explain(failure: str, learner: LearnerKernels) -> str:
     return f"line {number}: `{quoted}`\n    {lines[-1].strip()}"
 
 
+def _not_implemented(row: KernelExercise, learner: LearnerKernels) -> None:
+    raise CheckFailed(f"{row.id}: not implemented yet: {', '.join(learner.stubs)} still raises NotImplementedError.\n"
+                      f"  hint: replace the `raise NotImplementedError()` line with your solution.")
+
+
 def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernels) -> None:
     """Compile the learner's kernels with Triton's real compiler (sm_80); CheckFailed if it refuses them.
 
@@ -443,8 +475,7 @@ def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernel
     if path is None:
         return
     if learner.stubs:
-        raise CheckFailed(f"{row.id}: not implemented yet: {', '.join(learner.stubs)} still raises NotImplementedError.\n"
-                          f"  hint: replace the `raise NotImplementedError()` line with your solution.")
+        _not_implemented(row, learner)
     failures = _gate_failures(str(path), row.stem, row.lesson, tuple(sorted(learner.kernels)))
     if failures:
         text = "    " + _explain(failures[0], learner)

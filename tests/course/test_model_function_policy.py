@@ -13,6 +13,7 @@ import linecache
 import os
 import re
 
+import nbformat
 import pytest
 import torch
 
@@ -160,7 +161,7 @@ def _recorded(exercise: str, answer, monkeypatch) -> dict:
     return {exercise: bundles[0]["calls"]}
 
 
-def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_nothing(monkeypatch, capsys):
+def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_nothing(monkeypatch, capsys, repo):
     from course import track_choice
     from course.recheck import run_job
     monkeypatch.setattr(track_choice, "STOP_AT_FIRST_PASS", track_choice.STOP_AT_FIRST_PASS)
@@ -174,9 +175,14 @@ def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_not
     result = run_job(job)["test_naive_bytes_read"]
     assert not result["passed"] and re.match(_sentence(exercise, "course.roofline.naive_kernel_bytes_read"),
                                              result["message"]), result
-    # Control: the same recordings with an answer cell that does not name the model pass.
-    job["answers"][0]["source"] = "def naive_bytes_read(n, d, dtype):\n    return 0\n"
+    # Control: the lesson's own answer cell, which counts the reads itself, passes; it runs in the re-check's
+    # answer process (course.answer_process), so the recordings no longer decide.
+    solution = nbformat.read(repo / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb", as_version=4)
+    job["answers"][0]["source"] = next(c.source for c in solution.cells
+                                       if c.metadata.get("nbgrader", {}).get("grade_id") == "naive_bytes_read")
     assert run_job(job)["test_naive_bytes_read"]["passed"]
+    job["answers"][0]["source"] = "def naive_bytes_read(n, d, dtype):\n    return 0\n"  # the recordings were right
+    assert not run_job(job)["test_naive_bytes_read"]["passed"]
 
 
 def test_a_replay_without_the_answer_text_is_graded_on_its_answers(capsys):

@@ -1,8 +1,9 @@
 """The re-check's parts, each on its own (the cheating corpus grades them together through nbgrader).
 
-``course.recording`` records what a learner's function answered; ``course.recheck`` grades the
-instructor's tests again from those answers, where no answer cell runs; ``autograder.grade.recheck``
-builds its input from the lesson and the graded notebook.
+``course.recheck`` grades the instructor's tests again in a fresh process, where the learner's Python answer
+cells run in an answer process of their own (``course.answer_process``); ``course.recording`` records what a
+learner's function answered, which only lesson 08's probes still replay; ``autograder.grade.recheck`` builds
+the re-check's input from the lesson and the graded notebook.
 """
 from __future__ import annotations
 
@@ -37,9 +38,15 @@ def _recorded(fn) -> dict:
     return {"01.naive_bytes_read": recorder.calls}
 
 
-def _job(recordings: dict, test: str = BYTES_TEST) -> dict:
+RIGHT_CELL = ("def naive_bytes_read(n, d, dtype):\n"
+              "    return n * (d + 3 * n * d) * torch.empty((), dtype=dtype).element_size()\n")
+STUB_CELL = "def naive_bytes_read(n, d, dtype):\n    raise NotImplementedError()\n"
+
+
+def _job(recordings: dict, test: str = BYTES_TEST, source: str | None = RIGHT_CELL) -> dict:
     return {"setup": ["import course, torch"], "tests": [{"cell": "t", "source": test}], "recordings": recordings,
-            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"]}]}
+            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"],
+                         "source": source}]}
 
 
 def test_encoded_values_come_back_exactly() -> None:
@@ -55,28 +62,40 @@ def test_encoded_values_come_back_exactly() -> None:
         decode({"tensor": "", "dtype": "Tensor", "shape": [0]})  # a name in torch that is not a dtype
 
 
-def test_right_answers_pass_and_wrong_or_missing_ones_fail() -> None:
-    assert run_job(_job(_recorded(_right_bytes)))["t"]["passed"]
-    wrong = run_job(_job(_recorded(lambda n, d, dtype: 0)))["t"]
+def test_the_answer_cell_runs_again_and_decides() -> None:
+    """The re-check runs the answer cell as handed in (in its answer process) on the check's own arguments."""
+    assert run_job(_job({}))["t"]["passed"]
+    wrong = run_job(_job({}, source="def naive_bytes_read(n, d, dtype):\n    return 0\n"))["t"]
     assert not wrong["passed"] and "01.naive_bytes_read" in wrong["message"]
-    missing = run_job(_job({}))["t"]
-    assert not missing["passed"] and "holds no answer of `naive_bytes_read`" in missing["message"]
+    missing = run_job(_job({}, source=None))["t"]
+    assert not missing["passed"] and "is not in the notebook handed in" in missing["message"]
+    broken = run_job(_job({}, source="def naive_bytes_read(n, d, dtype):\n    return n\nraise RuntimeError('no')\n"))
+    assert not broken["t"]["passed"] and "raised RuntimeError when it ran: no" in broken["t"]["message"]
 
 
-def test_a_forged_recording_passes_only_where_its_answer_is_right() -> None:
-    """Recordings are data the learner's notebook wrote: a forged one must still be the right answer to the
-    check's own inputs, call by call, to pass."""
+def test_recordings_of_right_answers_do_not_pass_a_stub() -> None:
+    """A cell that rebinds course.check can make the notebook record the oracle's answers for a stub: the re-check
+    runs the stub, so those recordings earn nothing."""
+    result = run_job(_job(_recorded(_right_bytes), source=STUB_CELL))["t"]
+    assert not result["passed"] and "not implemented yet" in result["message"]
+
+
+def test_a_replayed_recording_passes_only_where_its_answer_is_right() -> None:
+    """Lesson 08's probes still replay recordings (gradients do not cross a pipe): a forged one must be the right
+    answer to the check's own inputs, call by call, to pass."""
     forged = _recorded(_right_bytes)
+    assert EXERCISES["01.naive_bytes_read"].run(Replay("naive_bytes_read", forged, "01.naive_bytes_read")) is not None
     calls = forged["01.naive_bytes_read"]
     first = next(iter(calls))
     calls[first] = calls[first] + 2
-    result = run_job(_job(forged))["t"]
-    assert not result["passed"] and "01.naive_bytes_read" in result["message"]
+    with pytest.raises(Exception, match="01.naive_bytes_read"), contextlib.redirect_stdout(io.StringIO()):
+        EXERCISES["01.naive_bytes_read"].run(Replay("naive_bytes_read", forged, "01.naive_bytes_read"))
 
 
-def test_a_test_that_calls_the_answer_itself_is_told_it_cannot_be_rechecked() -> None:
-    result = run_job(_job(_recorded(_right_bytes), "assert naive_bytes_read(1, 16, torch.float32) == 196"))["t"]
-    assert not result["passed"] and "rather than through course.check" in result["message"]
+def test_a_test_that_calls_the_answer_itself_gets_what_the_cell_computes() -> None:
+    direct = "assert naive_bytes_read(1, 16, torch.float32) == 256"
+    assert run_job(_job({}, direct))["t"]["passed"]
+    assert not run_job(_job({}, direct, source="def naive_bytes_read(n, d, dtype):\n    return 0\n"))["t"]["passed"]
 
 
 def test_only_tests_that_call_the_course_are_rechecked() -> None:

@@ -5,7 +5,8 @@ attack the grade. Each is lesson 01's instructor notebook with a few cells chang
 wrong or missing, plus a trick that makes the notebook's own checks pass anyway (a rebound
 ``course.check``, a patched check, a restored patch, a kernel replaced by PyTorch's SDPA, the course's
 oracle or NumPy, Python inside a Triton kernel, a CUDA kernel that reads a file of answers, stale
-outputs, a numeric answer that calls the course's own model of the exercise). Everything else stays the
+outputs, a numeric answer that calls the course's own model of the exercise, a check rebound so that the
+notebook records the oracle's answers for a wrong function). Everything else stays the
 instructor's correct answer, so each entry has a known grade:
 full marks minus the test cells in ``loses``, and ``feedback`` (a regular expression) must be on its
 feedback page, saying why. The suite grades the corpus in one batch beside an honest submission.
@@ -344,8 +345,26 @@ def corpus(repo: Path) -> list[Cheat]:
     return [
         Cheat("rebinds-check", "a wrong attention_torch whose cell turns course.check into a no-op",
               (Change("attention_torch", source=_WRONG_ATTENTION + "\nimport course\ncourse.check = lambda *a, **k: None\n"),),
-              # The no-op also kept the right naive_bytes_read from being recorded: it earns nothing either.
-              loses=_TORCH_TESTS + ("test_naive_bytes_read",), feedback=_CAUGHT),
+              # The re-check runs every answer cell again: the right naive_bytes_read, whose check the no-op also
+              # skipped in the notebook, keeps its points there.
+              loses=_TORCH_TESTS, feedback=_CAUGHT),
+        Cheat("records-oracle-for-stub", "a wrong attention_torch whose cell makes course.check grade the course's "
+              "oracle in its place, so the notebook records the oracle's answers",
+              (Change("attention_torch", source=_WRONG_ATTENTION + '''
+
+import course
+_real_check = course.check
+
+
+def _graded_instead(exercise, fn, **options):
+    if exercise == "01.attention_torch":
+        fn = lambda q, k, v, scale=None: course.attention(q, k, v, scale=scale).o.to(q.dtype)
+    return _real_check(exercise, fn, **options)
+
+
+course.check = _graded_instead
+'''),),
+              loses=_TORCH_TESTS, feedback=_CAUGHT),
         Cheat("patches-check-engine", "a wrong naive_bytes_read whose cell makes the value check pass everything",
               (Change("naive_bytes_read", source=_WRONG_BYTES + '''
 import course.exercises

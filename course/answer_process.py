@@ -1,0 +1,259 @@
+"""A learner's Python answers, run again in a process of their own when the grade is decided.
+
+The re-check (:mod:`course.recheck`) grades each test cell in a fresh process. A Python exercise hands
+the learner's function to a check; running that function in the checker's own process would hand it the
+checks, the oracle and the result, and answering from what the notebook recorded (:mod:`course.recording`)
+grades whatever the notebook's process chose to record (a cell that rebinds ``course.check`` can record the
+oracle's answers for a stub). So the Python answer cells, as handed in, run here, in a child process, after
+the instructor's setup cells, and the checker calls each function through a pipe:
+
+- arguments go in and values come back as data (``course.recording``'s encoding: tensors as bytes,
+  numbers, strings, tuples and lists; nothing is unpickled on the checker's side), so the child can answer
+  calls, and only answer them;
+- the checker's process cannot be reached from the child: it is not dumpable (no ptrace, no reading its
+  memory or descriptors through /proc), it adopts every orphan the child leaves behind (Linux's child
+  subreaper), and :func:`stop_every_answer_process` kills all of them before the re-check writes its result.
+
+The child starts on the first call, so a lesson whose checks need more than return values (lesson 08's
+probes of gradients and training, which replay their recordings) starts none.
+
+    python -m course.answer_process      (the child: one JSON job line on stdin, then one call per line)
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+__all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "protect_this_process", "stop_every_answer_process"]
+
+_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36  # linux/prctl.h
+_MAX_LINE = 1 << 30  # a reply larger than this is not an answer a check needs
+
+
+class AnswerError(Exception):
+    """What the learner's function raised in the answer process (its type and message)."""
+
+
+def protect_this_process() -> None:
+    """Make this process unreachable from its children: not dumpable, and the adopter of their orphans."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (from /proc), deepest last."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        parent[int(entry)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [p for p, pp in parent.items() if pp == pid]
+        found += children
+        frontier += children
+    return found
+
+
+_RUNNING: list["AnswerProcess"] = []
+
+
+def stop_every_answer_process() -> None:
+    """Kill every answer process and everything it started (orphans included: this process adopted them), and
+    every other process below this one: called once the re-check's results are in, before they are written."""
+    for process in list(_RUNNING):
+        process.close()
+    if not sys.platform.startswith("linux"):
+        return
+    for _ in range(100):  # a process may fork while the list is read: until none is left
+        left = _descendants(os.getpid())
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+class AnswerProcess:
+    """The learner's Python answer cells, run after ``setup`` in a child; :meth:`call` calls one of their names."""
+
+    def __init__(self, setup: list[str], cells: list[dict]):
+        self.setup, self.cells = setup, cells
+        self.proc: subprocess.Popen | None = None
+        self.defined: dict[str, str | None] = {}
+        self.problem = ""
+
+    def _start(self) -> None:
+        env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # widgets and demonstrations draw nothing there
+        self.proc = subprocess.Popen([sys.executable, "-m", "course.answer_process"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
+        _RUNNING.append(self)
+        self._send({"setup": self.setup, "cells": self.cells})
+        reply = self._receive()
+        defined = reply.get("defined") if isinstance(reply, dict) else None
+        if not isinstance(defined, dict):
+            raise AnswerError("the process that runs your answer cells did not start")
+        self.defined = {str(k): (None if v is None else str(v)) for k, v in defined.items()}
+
+    def _send(self, message: dict) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def _receive(self) -> Any:
+        assert self.proc is not None and self.proc.stdout is not None
+        line = self.proc.stdout.readline(_MAX_LINE)
+        if not line:
+            raise AnswerError("the process that runs your answer cells ended (it crashed, or your code ended it)")
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise AnswerError("the process that runs your answer cells answered with something unreadable") from None
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        from course.recording import decode, encode
+        try:
+            if self.proc is None:
+                self._start()
+            reason = self.defined.get(name, f"your answer cells do not define `{name}`")
+            if reason is not None:
+                raise AnswerError(reason)
+            self._send({"call": name, "args": [encode(a) for a in args],
+                        "kwargs": {str(k): encode(v) for k, v in kwargs.items()}})
+            reply = self._receive()
+        except (OSError, AnswerError, ValueError):
+            self.close()  # a broken or ended child: the next call starts a fresh one
+            raise
+        except BaseException:
+            self.close()  # a time limit hit mid-call leaves the pipe out of step
+            raise
+        if not isinstance(reply, dict):
+            raise AnswerError("the process that runs your answer cells answered with something unreadable")
+        if "error" in reply:
+            message = f"{reply.get('error')}: {reply.get('message', '')}"
+            if reply.get("not_implemented"):
+                raise NotImplementedError(str(reply.get("message", "")))
+            raise AnswerError(message)
+        return decode(reply.get("value"))
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            proc.kill()
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+class LiveAnswer:
+    """Stands in for the learner's function ``name``: each call runs it in the answer process.
+
+    ``replay`` answers from the notebook's recordings instead, for the checks that need more than values
+    across a pipe (lesson 08's probes); ``answer_source`` is the cell's text as handed in (the model-function
+    policy reads it, course.exercises)."""
+
+    def __init__(self, name: str, process: AnswerProcess, replay: Any = None, answer_source: str | None = None):
+        self.name, self.process, self.replay, self.answer_source = name, process, replay, answer_source
+        self.__name__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.process.call(self.name, args, kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# The child
+# ------------------------------------------------------------------------------------------------
+
+def _serve() -> int:
+    import contextlib
+    import io
+    from course.errors import root_cause
+    from course.recording import decode, encode
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)  # what the learner's code prints goes nowhere, never into the replies
+    os.dup2(quiet, 2)
+    sys.stdout = sys.stderr = io.TextIOWrapper(open(os.devnull, "wb"))
+
+    def reply(message: dict) -> None:
+        replies.write(json.dumps(message).encode() + b"\n")
+        replies.flush()
+
+    job = json.loads(requests.readline())
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    for cell in job.get("setup", []):
+        with contextlib.suppress(Exception):
+            exec(compile(cell, "<setup>", "exec"), namespace)
+    defined: dict[str, str | None] = {}
+    for cell in job.get("cells", []):
+        where = f"your cell {cell.get('cell')!r}"
+        problem = None
+        if cell.get("source") is None:
+            problem = f"the answer cell {cell.get('cell')!r} is not in the notebook handed in"
+        else:
+            try:
+                exec(compile(cell["source"], f"<{where}>", "exec"), namespace)
+            except BaseException as exc:  # noqa: BLE001 - the cell's failure is its names' answer
+                problem = f"{where} raised {type(exc).__name__} when it ran: {str(exc)[:500]}"
+        for name in cell.get("names", []):
+            defined[name] = problem or (None if callable(namespace.get(name)) else f"{where} does not define `{name}`")
+    reply({"defined": defined})
+    for line in requests:
+        request = json.loads(line)
+        try:
+            value = namespace[request["call"]](*[decode(a) for a in request.get("args", [])],
+                                               **{k: decode(v) for k, v in request.get("kwargs", {}).items()})
+            answer = {"value": encode(value)}
+        except BaseException as exc:  # noqa: BLE001 - what the function raised is its answer
+            answer = {"error": type(exc).__name__, "message": str(exc)[:2000],
+                      "not_implemented": isinstance(root_cause(exc), NotImplementedError)}
+        reply(answer)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_serve())

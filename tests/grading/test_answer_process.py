@@ -1,0 +1,112 @@
+"""The re-check's answer process (course.answer_process): the learner's Python answers run in a child that can
+answer calls and nothing else: it cannot outlive the re-check or replace its result, and a crash or a garbled
+reply costs only the answer."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from course.answer_process import AnswerError, AnswerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+TEST = 'course.check("01.naive_bytes_read", naive_bytes_read)'
+RIGHT = "n * (d + 3 * n * d) * torch.empty((), dtype=dtype).element_size()"
+
+# An answer that is right, and on its first call leaves behind a detached process (its own session, its parent
+# gone) that waits, then writes a forged result over the re-check's.
+ESCAPING = f"""
+import os, subprocess, sys
+FORGE = '''
+import json, os, sys, time
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(3)
+open(sys.argv[2], "w").write(json.dumps({{"tests": {{"t": {{"passed": True, "message": "forged"}}}}}}))
+'''
+def naive_bytes_read(n, d, dtype):
+    if not os.path.exists(PIDFILE):
+        if os.fork() == 0:  # the middle process exits at once: its child is an orphan
+            subprocess.Popen([sys.executable, "-c", FORGE, PIDFILE, RESULT], start_new_session=True)
+            os._exit(0)
+        os.wait()
+        while not os.path.exists(PIDFILE):
+            pass
+    return {RIGHT}
+"""
+
+
+def _recheck(tmp_path: Path, cell: str) -> tuple[dict, Path]:
+    result = tmp_path / "result.json"
+    job = {"setup": ["import course, torch"], "tests": [{"cell": "t", "source": TEST}], "recordings": {},
+           "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"], "source": cell}]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    done = subprocess.run([sys.executable, "-m", "course.recheck", str(tmp_path / "job.json"), str(result)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(result.read_text())["tests"]["t"], result
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child subreaper is Linux's")
+def test_nothing_the_answer_starts_outlives_the_recheck_or_replaces_its_result(tmp_path):
+    pidfile, result_path = tmp_path / "forger.pid", tmp_path / "result.json"
+    cell = f"PIDFILE, RESULT = {str(pidfile)!r}, {str(result_path)!r}\n" + ESCAPING
+    outcome, result = _recheck(tmp_path, cell)
+    assert outcome["passed"], outcome  # the answer itself is right
+    forger = int(pidfile.read_text())
+    assert not _alive(forger), "a process the answer started outlived the re-check"
+    time.sleep(3.5)  # past the forger's wait: had it lived, the result would now say "forged"
+    assert json.loads(result.read_text())["tests"]["t"]["message"] != "forged"
+
+
+def test_the_control_process_does_outlive_an_unprotected_parent(tmp_path):
+    """Control: the same escape from a plain child process (no re-check around it) does leave its process behind,
+    so the test above would see one if the re-check let it go."""
+    pidfile, result_path = tmp_path / "forger.pid", tmp_path / "elsewhere.json"
+    cell = f"PIDFILE, RESULT = {str(pidfile)!r}, {str(result_path)!r}\n" + ESCAPING
+    process = AnswerProcess(["import course, torch"], [{"cell": "c", "source": cell, "names": ["naive_bytes_read"]}])
+    try:
+        import torch
+        assert process.call("naive_bytes_read", (1, 16, torch.float32), {}) == 256
+    finally:
+        process.close()
+    forger = int(pidfile.read_text())
+    try:
+        assert _alive(forger)
+    finally:
+        os.kill(forger, 9)
+
+
+def test_a_crash_or_a_garbled_reply_costs_only_the_answer(tmp_path):
+    crash = "import os\ndef naive_bytes_read(n, d, dtype):\n    os._exit(3)\n"
+    outcome, _ = _recheck(tmp_path, crash)
+    assert not outcome["passed"] and "the process that runs your answer cells ended" in outcome["message"]
+    garbled = ("import os\ndef naive_bytes_read(n, d, dtype):\n"
+               "    for fd in range(3, 64):\n"
+               "        try:\n            os.write(fd, b'not json\\n')\n        except OSError:\n            pass\n"
+               "    return 0\n")
+    outcome, _ = _recheck(tmp_path, garbled)
+    assert not outcome["passed"], outcome
+
+
+def test_prints_of_the_answer_never_reach_the_replies():
+    cell = "import sys\ndef f(x):\n    print('{\"value\": 99}')\n    print('noise', file=sys.stderr)\n    return x + 1\n"
+    process = AnswerProcess([], [{"cell": "c", "source": cell, "names": ["f"]}])
+    try:
+        assert process.call("f", (1,), {}) == 2
+        with pytest.raises(AnswerError, match="define `g`"):
+            process.call("g", (), {})
+    finally:
+        process.close()
