@@ -29,7 +29,8 @@ import subprocess
 import sys
 from typing import Any
 
-__all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "protect_this_process", "stop_every_answer_process"]
+__all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "MemoryLimitHit", "protect_this_process",
+           "stop_every_answer_process"]
 
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36  # linux/prctl.h
 _MAX_LINE = 1 << 30  # a reply larger than this is not an answer a check needs
@@ -37,6 +38,24 @@ _MAX_LINE = 1 << 30  # a reply larger than this is not an answer a check needs
 
 class AnswerError(Exception):
     """What the learner's function raised in the answer process (its type and message)."""
+
+
+class MemoryLimitHit(AnswerError):
+    """The learner's function needed more memory than :meth:`AnswerProcess.call_within` allowed it."""
+
+
+def _data_bytes(pid: int) -> int:
+    """The process's data segment now (VmData: heap and private writable mappings, what RLIMIT_DATA limits)."""
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"no VmData for process {pid}")
+
+
+def _out_of_memory(message: str) -> bool:
+    return any(words in message for words in ("MemoryError", "can't allocate memory", "out of memory",
+                                              "Cannot allocate memory", "std::bad_alloc"))
 
 
 def protect_this_process() -> None:
@@ -165,6 +184,31 @@ class AnswerProcess:
             raise AnswerError(message)
         return decode(reply.get("value"))
 
+    def call_within(self, name: str, args: tuple, kwargs: dict, extra_bytes: int, warmup: tuple[tuple, dict]) -> Any:
+        """:meth:`call` in a fresh answer process whose data segment may grow by at most ``extra_bytes``, set from
+        here (a hard limit the learner's code cannot raise) after one ``warmup`` call has set up the libraries'
+        buffers. :class:`MemoryLimitHit` when the function needed more."""
+        measured = AnswerProcess(self.setup, self.cells)
+        try:
+            measured.call(name, *warmup)
+            assert measured.proc is not None
+            limit = _data_bytes(measured.proc.pid) + extra_bytes
+            import resource
+            _, hard = resource.prlimit(measured.proc.pid, resource.RLIMIT_DATA)
+            if hard != resource.RLIM_INFINITY:  # the sandbox's own limit, which nothing here may raise
+                limit = min(limit, hard)
+            resource.prlimit(measured.proc.pid, resource.RLIMIT_DATA, (limit, limit))
+            try:
+                return measured.call(name, args, kwargs)
+            except NotImplementedError:
+                raise
+            except AnswerError as exc:
+                if measured.proc is None or _out_of_memory(str(exc)):
+                    raise MemoryLimitHit(str(exc)) from None
+                raise
+        finally:
+            measured.close()
+
     def close(self) -> None:
         proc, self.proc = self.proc, None
         if self in _RUNNING:
@@ -224,6 +268,8 @@ def _serve() -> int:
         replies.flush()
 
     job = json.loads(requests.readline())
+    import torch
+    torch.set_num_threads(1)  # one thread: the same memory and the same sums on every machine
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for cell in job.get("setup", []):
         with contextlib.suppress(Exception):

@@ -298,12 +298,42 @@ def _check_footprint(exercise: str, fn) -> None:
                           f"block_n it is given: a Q tile of block_m rows against a K/V tile of block_n keys.")
 
 
+# Where the grade is decided (course.recheck) the learner's function runs in its answer process, which its own
+# code controls, so no watch inside it can be trusted; the process's memory can be limited from outside instead.
+# On Nq = Nk = 4096 the score matrix alone is 64 MiB in float32; a tiled loop with 128 x 128 tiles needs the
+# inputs, the output and a few tiles (under 2 MiB), so 24 MiB past what a first small call left allocated
+# separates them, whatever the learner's code does inside.
+_LIVE_WATCHED, _LIVE_TILES, _LIVE_EXTRA_BYTES = Case(4096, 4096, 16, seed=6), (128, 128), 24 << 20
+
+
+def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
+    from course.answer_process import AnswerError, MemoryLimitHit
+    case, (bm, bn) = _LIVE_WATCHED, _LIVE_TILES
+    tiles = dict(block_m=bm, block_n=bn)
+    try:
+        fn.process.call_within(fn.name, case.tensors(), tiles, _LIVE_EXTRA_BYTES,
+                               warmup=(Case(130, 260, 16, seed=7).tensors(), tiles))
+    except MemoryLimitHit:
+        scores = case.n_q * case.n_k * 4
+        raise CheckFailed(
+            f"{exercise}: on Nq={case.n_q}, Nk={case.n_k}, D={case.d} with block_m={bm}, block_n={bn}, your function "
+            f"needed more than {_LIVE_EXTRA_BYTES >> 20} MiB beyond its inputs, where the {case.n_q} × {case.n_k} score "
+            f"matrix alone is {scores >> 20} MiB and a tiled loop needs a Q tile, a K/V tile, a {bm} × {bn} score tile "
+            f"and the output (measured from outside your code, with a memory limit).\n"
+            f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
+            f"accumulator from one K/V tile to the next; nothing as wide as all {case.n_k} keys may exist.") from None
+    except (AnswerError, NotImplementedError):
+        return  # a function that fails here fails its value checks too, which say why
+
+
 def _tiled_torch(fn, cases: Iterable[Case] | None = None) -> Report:
     cases = list(cases) if cases is not None else _tiled_torch_cases()
     # A first small case says "not implemented yet" to a stub and names a wrong formula before the
     # watched run, whose messages are about what the loop builds.
     check_attention("03.tiled_torch", _with_tiles(fn, 16, 16), [Case(17, 17, 32, kind="peaky", seed=1)], with_lse=True)
-    if not isinstance(fn, (Replay, LiveAnswer)):  # answers from a recording or another process: no run to watch here
+    if isinstance(fn, LiveAnswer):  # the re-check: the answer runs in another process, under a memory limit
+        _check_footprint_live("03.tiled_torch", fn)
+    elif not isinstance(fn, Replay):  # a recording holds answers, not the run that made them
         _check_footprint("03.tiled_torch", fn)
     report = None
     for bm, bn in _TILE_SIZES:

@@ -110,3 +110,36 @@ def test_prints_of_the_answer_never_reach_the_replies():
             process.call("g", (), {})
     finally:
         process.close()
+
+
+FULL_MATRIX = '''
+import course.exercises
+course.exercises._check_footprint = lambda *args, **kwargs: None  # the notebook's watch, switched off
+
+
+def tiled_attention_torch(q, k, v, block_m=64, block_n=64, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.T) * scale  # every score at once: right numbers, no tiles
+    m = s.max(dim=1).values
+    p = torch.exp(s - m[:, None])
+    l = p.sum(dim=1)
+    return (p @ v) / l[:, None], m + torch.log(l)
+'''
+
+
+def _tiled_job(source: str) -> dict:
+    return {"setup": ["import math, torch, course"], "recordings": {},
+            "tests": [{"cell": "t", "source": 'course.check("03.tiled_torch", tiled_attention_torch)'}],
+            "answers": [{"cell": "tiled_torch", "kind": "python", "names": ["tiled_attention_torch"], "source": source}]}
+
+
+def test_the_footprint_is_measured_from_outside_the_answer(repo):
+    """03.tiled_torch: a function that builds the whole score matrix has right numbers, and its cell switches the
+    notebook's watch off; the re-check limits the answer process's memory instead, which no line of it can undo."""
+    import nbformat
+    from course.recheck import run_job
+    outcome = run_job(_tiled_job(FULL_MATRIX))["t"]
+    assert not outcome["passed"] and "needed more than 24 MiB beyond its inputs" in outcome["message"], outcome
+    solution = nbformat.read(repo / "solutions" / "03_tiling" / "03_tiling.ipynb", as_version=4)
+    right = next(c.source for c in solution.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tiled_torch")
+    assert run_job(_tiled_job(right))["t"]["passed"]
