@@ -1047,7 +1047,7 @@ def drawn_arguments(exercise: str, count: int, seed: int) -> list:
 
 
 def _draw(exercise: str, count: Any, options: dict, candidate: Any) -> tuple[list, str, int]:
-    """(the drawn sets, the recording key, the seed): a fresh seed, or under the re-check the recorded one."""
+    """(the drawn sets, the recording key, the seed): a fresh seed, or the recorded one for a replayed recording."""
     from course.recording import call_key
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise CheckFailed(f"{exercise}: drawn= takes a number of argument sets to draw, at least 1; got {count!r}.")

@@ -1,4 +1,4 @@
-"""The grader's second pass: every test cell checked again, where no answer cell ever ran.
+"""The grader's second pass: every test cell checked again, in a process no answer cell ever ran in.
 
     python -m course.recheck JOB.json RESULT.json
 

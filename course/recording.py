@@ -1,11 +1,12 @@
 """What a learner's Python function answered, recorded in the notebook and replayed by the grader.
 
 A Python exercise (``01.attention_torch``) is checked in the learner's own process, where any answer
-cell can rebind ``course.check`` or patch torch. So under the grader the notebook's checks only
+cell can rebind ``course.check`` or patch torch. So under the grader the notebook's checks also
 *record*: each call the check makes to the learner's function, keyed by a digest of its arguments,
 with what the function returned (or raised), in an output of the test cell. The grade is decided
-afterwards by :mod:`course.recheck`, in a process the learner's code never ran in: it runs the same
-check with a stand-in function that answers each call from the recording.
+afterwards by :mod:`course.recheck`, which runs the answer cells again in an answer process of their own
+(:mod:`course.answer_process`); only the checks whose probes need more than values (lesson 08's gradients
+and training run) answer from the recording, with a stand-in function that replays each call.
 
 Forging the recording gains nothing. Its answers are only data: the checker compares them with its
 own oracle on inputs it makes itself, so a recorded answer passes only where it is right for exactly

@@ -1,11 +1,12 @@
-"""The re-check: each test cell graded again in a sandbox where no answer cell of the learner runs.
+"""The re-check: each test cell graded again in a sandbox, by a process no answer cell of the learner runs in.
 
 nbgrader runs the learner's notebook in one Python process, so an answer cell can rebind
 ``course.check``, patch torch or the course, or replace a kernel by a wrapper around PyTorch, and
 every later test passes. After nbgrader, the grader therefore hands each submission to
 :mod:`course.recheck` in a fresh sandbox (the same confinement as the notebook's kernel, a process
-of its own) with only what each exercise asks for: the kernels of the kernel cells, the answers the
-notebook's checks recorded for the Python exercises, and the instructor's test cells. The grade of
+of its own) with only what each exercise asks for: the kernels of the kernel cells, the Python answer
+cells as handed in (run there in an answer process of their own, :mod:`course.answer_process`), what the
+notebook's checks recorded (for lesson 08's probes), and the instructor's test cells. The grade of
 each test cell is what that pass finds; where it differs from the notebook's run, the report and the
 feedback say so and why.
 """
