@@ -188,6 +188,8 @@ class AnswerProcess:
         """:meth:`call` in a fresh answer process whose data segment may grow by at most ``extra_bytes``, set from
         here (a hard limit the learner's code cannot raise) after one ``warmup`` call has set up the libraries'
         buffers. :class:`MemoryLimitHit` when the function needed more."""
+        if not sys.platform.startswith("linux"):  # no RLIMIT_DATA to set from outside: an ordinary call
+            return self.call(name, args, kwargs)
         measured = AnswerProcess(self.setup, self.cells)
         try:
             measured.call(name, *warmup)
