@@ -37,7 +37,7 @@ from autograder.coursedir import IGNORED_FILES, CourseDir
 from autograder.grade.one import TIERS, GradingSettings, ReleaseBundle, SubmissionTask, grade_one, \
     discard_release, nbgrader_in_process, prepared_release
 from autograder.grade.record import MANIFEST, PRISTINE_GRADEBOOK, Recorder
-from autograder.grade.report import INTERRUPTED, write_csv
+from autograder.grade.report import INTERRUPTED, NOT_GRADED, write_csv
 from autograder.grade.results import GradingError, StudentResult, TestCell, graded_test_cells
 from autograder.grade.submissions import Submission, SubmissionsError, collect, exercise_ids
 from autograder.sandbox.bubblewrap import SandboxSettings, SandboxUnavailable, kernels_folder, require_sandbox, \
@@ -228,7 +228,7 @@ def _grade_pending(runner: Any, recorder: Recorder, pending: list[SubmissionTask
         except Exception as exc:  # noqa: BLE001 (one student's grading failing must not stop the batch)
             runner.forget(future)
             results[task.student_id] = StudentResult(task.student_id, 0.0, max_score,
-                                                     f"not graded: {runner.failure(exc)}; a re-run tries again")
+                                                     f"{NOT_GRADED}{runner.failure(exc)}; a re-run tries again")
             say(f"{task.student_id}: {results[task.student_id].status}")
             continue
         runner.forget(future)  # a cluster would otherwise keep the result, and compute it again if its worker died

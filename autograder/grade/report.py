@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from autograder.grade.pipeline import StudentResult
 
-__all__ = ["CSV_FIELDS", "INTERRUPTED", "write_csv", "summary_table"]
+__all__ = ["CSV_FIELDS", "INTERRUPTED", "NOT_GRADED", "write_csv", "summary_table"]
 
 INTERRUPTED = "not graded yet: the run was interrupted; run the same command again to grade the rest"
 """The status of a student an interrupted run did not reach: no score yet, so the CSV leaves it blank."""
@@ -34,8 +34,13 @@ def _recheck(r: "StudentResult") -> str:
     return " | ".join(notes)
 
 
+NOT_GRADED = "not graded: "
+"""The start of the status of a student whose grading failed (the grader's trouble, not the submission's): a re-run
+tries again, so the CSV leaves the score blank, as for an interrupted run."""
+
+
 def _not_graded_yet(r: "StudentResult") -> bool:
-    return r.status == INTERRUPTED
+    return r.status == INTERRUPTED or r.status.startswith(NOT_GRADED)
 
 
 def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, test_ids: Sequence[str]) -> None:
