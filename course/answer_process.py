@@ -34,6 +34,8 @@ __all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "MemoryLimitHit", "prot
 
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36  # linux/prctl.h
 _MAX_LINE = 1 << 30  # a reply larger than this is not an answer a check needs
+STARTUP_SECONDS = 120.0  # Python, torch and the course imported, the setup cells run
+CELL_SECONDS = 30.0  # one answer cell defining its functions (the notebook's own run already finished it)
 
 
 class AnswerError(Exception):
@@ -128,31 +130,56 @@ class AnswerProcess:
         self.setup, self.cells = setup, cells
         self.proc: subprocess.Popen | None = None
         self.defined: dict[str, str | None] = {}
-        self.problem = ""
+        self.left_out: dict[Any, str] = {}  # cell → why it is not run (it did not finish, or ended the process)
 
     def _start(self) -> None:
+        """Start the child, run the setup, then each answer cell with a time limit. A cell that does not finish, or
+        ends the child, is left out and the child started again without it: only its own names fail."""
         env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # widgets and demonstrations draw nothing there
         self.proc = subprocess.Popen([sys.executable, "-m", "course.answer_process"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         _RUNNING.append(self)
-        self._send({"setup": self.setup, "cells": self.cells})
-        reply = self._receive()
-        defined = reply.get("defined") if isinstance(reply, dict) else None
-        if not isinstance(defined, dict):
-            raise AnswerError("the process that runs your answer cells did not start")
-        self.defined = {str(k): (None if v is None else str(v)) for k, v in defined.items()}
+        self._send({"setup": self.setup})
+        self._receive(STARTUP_SECONDS)
+        defined: dict[str, str | None] = {}
+        for cell in self.cells:
+            label = cell.get("cell")
+            reason = self.left_out.get(label)
+            if reason is None and cell.get("ended"):
+                reason = (f"your cell {label!r} did not finish when the notebook ran it (a time limit, or its process "
+                          f"ended), so it is not run again")
+            if reason is not None:
+                defined.update({name: reason for name in cell.get("names", [])})
+                continue
+            self._send({"exec": cell})
+            try:
+                reply = self._receive(CELL_SECONDS)
+            except AnswerError as exc:
+                self.left_out[label] = f"your cell {label!r} {exc.args[0]}"
+                self.close()
+                return self._start()
+            found = reply.get("defined") if isinstance(reply, dict) else None
+            if not isinstance(found, dict):
+                raise AnswerError("the process that runs your answer cells answered with something unreadable")
+            defined.update({str(k): (None if v is None else str(v)) for k, v in found.items()})
+        self.defined = defined
 
     def _send(self, message: dict) -> None:
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def _receive(self) -> Any:
+    def _receive(self, seconds: float | None = None) -> Any:
         assert self.proc is not None and self.proc.stdout is not None
+        if seconds is not None:
+            import select
+            ready, _, _ = select.select([self.proc.stdout], [], [], seconds)
+            if not ready:
+                raise AnswerError(f"did not finish within {seconds:g} s")
         line = self.proc.stdout.readline(_MAX_LINE)
         if not line:
-            raise AnswerError("the process that runs your answer cells ended (it crashed, or your code ended it)")
+            raise AnswerError("ended the process that runs your answer cells (it crashed, or your code ended it)")
         try:
             return json.loads(line)
         except ValueError:
@@ -160,15 +187,22 @@ class AnswerProcess:
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
         from course.recording import decode, encode
-        try:
-            if self.proc is None:
+        if self.proc is None:
+            try:
                 self._start()
-            reason = self.defined.get(name, f"your answer cells do not define `{name}`")
-            if reason is not None:
-                raise AnswerError(reason)
+            except BaseException:
+                self.close()
+                raise
+        reason = self.defined.get(name, f"your answer cells do not define `{name}`")
+        if reason is not None:  # a name its cell did not define: the process itself is fine
+            raise AnswerError(reason)
+        try:
             self._send({"call": name, "args": [encode(a) for a in args],
                         "kwargs": {str(k): encode(v) for k, v in kwargs.items()}})
-            reply = self._receive()
+            try:
+                reply = self._receive()
+            except AnswerError as exc:
+                raise AnswerError(f"`{name}` {exc.args[0]}") from None
         except (OSError, AnswerError, ValueError):
             self.close()  # a broken or ended child: the next call starts a fresh one
             raise
@@ -191,6 +225,7 @@ class AnswerProcess:
         if not sys.platform.startswith("linux"):  # no RLIMIT_DATA to set from outside: an ordinary call
             return self.call(name, args, kwargs)
         measured = AnswerProcess(self.setup, self.cells)
+        measured.left_out = dict(self.left_out)  # what already hung or crashed is not run again
         try:
             measured.call(name, *warmup)
             assert measured.proc is not None
@@ -253,6 +288,21 @@ class LiveAnswer:
 # The child
 # ------------------------------------------------------------------------------------------------
 
+def _run_cell(cell: dict, namespace: dict[str, Any]) -> dict[str, str | None]:
+    """Run one answer cell in ``namespace``; for each name it should define, None or why it does not."""
+    where = f"your cell {cell.get('cell')!r}"
+    problem = None
+    if cell.get("source") is None:
+        problem = f"the answer cell {cell.get('cell')!r} is not in the notebook handed in"
+    else:
+        try:
+            exec(compile(cell["source"], f"<{where}>", "exec"), namespace)
+        except BaseException as exc:  # noqa: BLE001 - the cell's failure is its names' answer
+            problem = f"{where} raised {type(exc).__name__} when it ran: {str(exc)[:500]}"
+    return {name: problem or (None if callable(namespace.get(name)) else f"{where} does not define `{name}`")
+            for name in cell.get("names", [])}
+
+
 def _serve() -> int:
     import contextlib
     import io
@@ -276,22 +326,12 @@ def _serve() -> int:
     for cell in job.get("setup", []):
         with contextlib.suppress(Exception):
             exec(compile(cell, "<setup>", "exec"), namespace)
-    defined: dict[str, str | None] = {}
-    for cell in job.get("cells", []):
-        where = f"your cell {cell.get('cell')!r}"
-        problem = None
-        if cell.get("source") is None:
-            problem = f"the answer cell {cell.get('cell')!r} is not in the notebook handed in"
-        else:
-            try:
-                exec(compile(cell["source"], f"<{where}>", "exec"), namespace)
-            except BaseException as exc:  # noqa: BLE001 - the cell's failure is its names' answer
-                problem = f"{where} raised {type(exc).__name__} when it ran: {str(exc)[:500]}"
-        for name in cell.get("names", []):
-            defined[name] = problem or (None if callable(namespace.get(name)) else f"{where} does not define `{name}`")
-    reply({"defined": defined})
+    reply({"ready": True})
     for line in requests:
         request = json.loads(line)
+        if "exec" in request:
+            reply({"defined": _run_cell(request["exec"], namespace)})
+            continue
         try:
             value = namespace[request["call"]](*[decode(a) for a in request.get("args", [])],
                                                **{k: decode(v) for k, v in request.get("kwargs", {}).items()})

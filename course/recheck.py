@@ -125,8 +125,8 @@ def _namespace(job: dict) -> dict[str, Any]:
             exec(compile(cell, "<setup>", "exec"), namespace)
     recordings = job.get("recordings", {})
     python = [answer for answer in job.get("answers", []) if answer["kind"] == "python"]
-    answers = AnswerProcess(job.get("setup", []), [{"cell": a["cell"], "source": a.get("source"), "names": a["names"]}
-                                                   for a in python])
+    answers = AnswerProcess(job.get("setup", []), [{"cell": a["cell"], "source": a.get("source"), "names": a["names"],
+                                                    "ended": bool(a.get("ended"))} for a in python])
     namespace["__answer_process__"] = answers
     tt_names: dict[str, Any] = {}  # what earlier TT-Lang cells defined: a later cell of the lesson calls it
     for answer in job.get("answers", []):

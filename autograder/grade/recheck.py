@@ -160,6 +160,17 @@ def _failed(cell: dict | None) -> bool:
     return any(isinstance(o, dict) and o.get("output_type") == "error" for o in outputs)
 
 
+# What a cell shows when the notebook's run never finished it: the time limit, or its kernel killed or crashed
+# (autograder.preprocessors.sandboxed_execute). The re-check does not run such a cell again.
+_NEVER_FINISHED = ("CellTimeoutError", "KernelCrash", "DeadKernelError", "KeyboardInterrupt")
+
+
+def _ended(cell: dict | None) -> bool:
+    outputs = cell.get("outputs", []) if isinstance(cell, dict) else []
+    return any(isinstance(o, dict) and o.get("output_type") == "error" and o.get("ename") in _NEVER_FINISHED
+               for o in outputs)
+
+
 def build_job(source_nb: dict, graded_nb: dict) -> dict:
     """The re-check's input: instructor setup and tests, the learner's answer cells, the recordings.
 
@@ -183,7 +194,8 @@ def build_job(source_nb: dict, graded_nb: dict) -> dict:
     answers = []
     for answer in answer_cells(source_nb):
         handed_in = by_id.get(answer["cell"])
-        answers.append(answer | {"source": _source(handed_in) if handed_in is not None else None})
+        answers.append(answer | {"source": _source(handed_in) if handed_in is not None else None,
+                                 "ended": _ended(handed_in)})
     return {"setup": setup, "answers": answers, "tests": tests, "kept": kept, "failed_before": failed_before,
             "recordings": _recordings(graded_nb, {t["cell"] for t in tests})}
 

@@ -92,13 +92,36 @@ def test_the_control_process_does_outlive_an_unprotected_parent(tmp_path):
 def test_a_crash_or_a_garbled_reply_costs_only_the_answer(tmp_path):
     crash = "import os\ndef naive_bytes_read(n, d, dtype):\n    os._exit(3)\n"
     outcome, _ = _recheck(tmp_path, crash)
-    assert not outcome["passed"] and "the process that runs your answer cells ended" in outcome["message"]
+    assert not outcome["passed"] and "`naive_bytes_read` ended the process that runs your answer cells" in outcome["message"]
     garbled = ("import os\ndef naive_bytes_read(n, d, dtype):\n"
                "    for fd in range(3, 64):\n"
                "        try:\n            os.write(fd, b'not json\\n')\n        except OSError:\n            pass\n"
                "    return 0\n")
     outcome, _ = _recheck(tmp_path, garbled)
     assert not outcome["passed"], outcome
+
+
+def test_a_cell_that_hangs_or_ends_the_process_costs_only_its_own_names(monkeypatch):
+    """Answer cells run one at a time with a time limit: one that does not finish, or ends the process, is left out
+    (its names fail, with the reason) and the others still answer; a cell the notebook's run never finished is not
+    run again at all."""
+    from course import answer_process
+    monkeypatch.setattr(answer_process, "CELL_SECONDS", 3.0)
+    cells = [{"cell": "hangs", "source": "while True:\n    pass\n", "names": ["f"]},
+             {"cell": "ends", "source": "import os\nos._exit(0)\n", "names": ["g"]},
+             {"cell": "timed-out-before", "source": "raise SystemExit", "names": ["h"], "ended": True},
+             {"cell": "fine", "source": "def k(x):\n    return 2 * x\n", "names": ["k"]}]
+    process = AnswerProcess([], cells)
+    try:
+        assert process.call("k", (21,), {}) == 42
+        with pytest.raises(AnswerError, match="your cell 'hangs' did not finish within 3 s"):
+            process.call("f", (), {})
+        with pytest.raises(AnswerError, match="your cell 'ends' ended the process"):
+            process.call("g", (), {})
+        with pytest.raises(AnswerError, match="did not finish when the notebook ran it"):
+            process.call("h", (), {})
+    finally:
+        process.close()
 
 
 def test_prints_of_the_answer_never_reach_the_replies():
