@@ -17,7 +17,8 @@ the instructor's setup cells, and the checker calls each function through a pipe
 The child starts on the first call, so a lesson whose checks need more than return values (lesson 08's
 probes of gradients and training, which replay their recordings) starts none.
 
-    python -m course.answer_process      (the child: one JSON job line on stdin, then one call per line)
+    python -m course.answer_process      (the child: the setup on stdin's first JSON line, then one request per
+                                          line: run an answer cell, or call one of the names it defined)
 """
 from __future__ import annotations
 

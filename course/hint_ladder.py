@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from course.errors import CourseError
 from course.paths import REPO, SOLUTIONS
 
-__all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text", "code_spans", "code_blocks", "prose_of"]
+__all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text", "code_spans", "code_blocks", "prose_of",
+           "typed_answer"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,21 @@ def code_blocks(rung: str) -> list[str]:
     """The blocks of code in ``rung`` (runs of lines indented by four spaces), dedented."""
     import textwrap
     return [textwrap.dedent(block).rstrip("\n") for block in _BLOCK.findall(rung)]
+
+
+# The line of a handed-out answer cell where the learner's code goes.
+_STUB_LINE = re.compile(r"^([ \t]*)(?:# YOUR CODE HERE\n[ \t]*)?raise NotImplementedError\(\)[ \t]*$", re.M)
+
+
+def typed_answer(ladder: Ladder, up_to: int, handed_out: str) -> str:
+    """The handed-out cell with the code blocks of rungs 1..up_to typed in place of its stub line, as a learner who
+    follows the ladder would type them (the tests hold each ladder to passing this way)."""
+    import textwrap
+    blocks = [block for rung in ladder.rungs[:up_to] for block in code_blocks(rung)]
+    match = _STUB_LINE.search(handed_out)
+    if match is None:
+        raise CourseError(f"{ladder.cell}: the handed-out cell has no `raise NotImplementedError()` line to replace")
+    return handed_out[:match.start()] + textwrap.indent("\n".join(blocks), match.group(1)) + handed_out[match.end():]
 
 
 def code_spans(rung: str) -> list[str]:

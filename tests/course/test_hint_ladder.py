@@ -89,12 +89,11 @@ import builtins  # noqa: E402
 import keyword  # noqa: E402
 import textwrap  # noqa: E402
 
-from course.hint_ladder import code_blocks, code_spans, prose_of  # noqa: E402
+from course.hint_ladder import code_blocks, code_spans, prose_of, typed_answer  # noqa: E402
 from course.paths import REPO  # noqa: E402
 
 NOTEBOOKS = REPO / "notebooks"
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S) if (re := __import__("re")) else None
-STUB = re.compile(r"^([ \t]*)(?:# YOUR CODE HERE\n[ \t]*)?raise NotImplementedError\(\)[ \t]*$", re.M)
 C_WORDS = {"float", "int", "unsigned", "const", "for", "if", "else", "return", "void", "uint", "half", "bool",
            "float4", "size_t", "while", "true", "false", "threadgroup", "device", "kernel"}
 
@@ -278,10 +277,7 @@ def _typed(ladder, up_to: int) -> str:
     """The handed-out cell with the code blocks of rungs 1..up_to typed in place of its stub line."""
     lesson, grade_id = ladder.cell.split("/")
     stub = next("".join(c["source"]) for c in _cells(NOTEBOOKS, lesson) if _grade_id(c) == grade_id)
-    blocks = [b for rung in ladder.rungs[:up_to] for b in code_blocks(rung)]
-    match = STUB.search(stub)
-    assert match, f"{ladder.cell}: the handed-out cell has no `raise NotImplementedError()` line to replace"
-    return stub[:match.start()] + textwrap.indent("\n".join(blocks), match.group(1)) + stub[match.end():]
+    return typed_answer(ladder, up_to, stub)
 
 
 def _visible_test(ladder) -> str:

@@ -250,18 +250,6 @@ def test_stale_and_wrong_answers_say_what_happened(lab, page, tmp_path):
         assert "scale=0.5" in text[12], text[12]
 
 
-def _hint_ladder_tests():
-    """tests/course/test_hint_ladder.py, whose `_typed` types a ladder's code blocks into a stub exactly as the
-    ladder's own test does (loaded by path: that folder is not on the import path of this one)."""
-    import importlib.util
-
-    path = REPO / "tests" / "course" / "test_hint_ladder.py"
-    spec = importlib.util.spec_from_file_location("_hint_ladder_tests", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _cell_source(notebook, grade_id: str) -> str:
     return next(c.source for c in nbformat.read(notebook, as_version=4).cells if _grade_id(c) == grade_id)
 
@@ -285,12 +273,15 @@ def _three_lessons_walkthrough() -> nbformat.NotebookNode:
       Triton cell, the CUDA C cell as handed out;
     - lesson 09: the hint ladder's code typed into the stub, first rung 3's block alone, then every block
       through the last rung, each followed by the exercise's visible test cell."""
-    from course.hint_ladder import LADDERS
+    from course.hint_ladder import LADDERS, typed_answer
 
     lessons = ("04_double_buffering", "06_causal_masking", "09_dataflow")
     setups = [_cell_source(STUDENT[lesson], "setup") for lesson in lessons]
     ladder = LADDERS["09.one_core_tt"]
-    typed = _hint_ladder_tests()._typed
+    stub = _cell_source(STUDENT["09_dataflow"], ladder.cell.split("/")[1])
+
+    def typed(ladder, up_to):  # the ladder's code blocks typed into the stub, as its own test types them
+        return typed_answer(ladder, up_to, stub)
     steps = [
         _wrong_answer("04_double_buffering", "warp_sectors", "start-sector-only"),           # 4
         _cell_source(STUDENT["04_double_buffering"], "test_warp_sectors"),                   # 5: 16, expected 17
