@@ -261,6 +261,11 @@ def _with_tiles(fn, block_m: int, block_n: int):
     return call
 
 
+def _tiling_hint(n_k: int) -> str:
+    return (f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
+            f"accumulator from one K/V tile to the next; nothing as wide as all {n_k} keys may exist.")
+
+
 def _check_footprint(exercise: str, fn) -> None:
     """Run ``fn`` on the watched case and fail if it built what a tiled loop never needs."""
     from course.footprint import watch
@@ -286,8 +291,7 @@ def _check_footprint(exercise: str, fn) -> None:
             f"{exercise}: {where} your function built a tensor of {shape} = {seen.largest:,} elements "
             f"(by {seen.largest_op}){strip}; a tiled loop never needs more than a Q tile, a K/V tile, a "
             f"{bm} × {bn} score tile and the {n_q} × {d} output.\n"
-            f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
-            f"accumulator from one K/V tile to the next; nothing as wide as all {n_k} keys may exist.")
+            f"{_tiling_hint(n_k)}")
     if seen.outside_torch_bytes >= n_q * n_k * 4:
         raise CheckFailed(f"{exercise}: {where} your function allocated {seen.outside_torch_bytes:,} bytes outside "
                           f"PyTorch (numpy arrays or Python lists), as much as the whole {n_q} × {n_k} score "
@@ -320,8 +324,7 @@ def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
             f"needed more than {_LIVE_EXTRA_BYTES >> 20} MiB beyond its inputs, where the {case.n_q} × {case.n_k} score "
             f"matrix alone is {scores >> 20} MiB and a tiled loop needs a Q tile, a K/V tile, a {bm} × {bn} score tile "
             f"and the output (measured from outside your code, with a memory limit).\n"
-            f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
-            f"accumulator from one K/V tile to the next; nothing as wide as all {case.n_k} keys may exist.") from None
+            f"{_tiling_hint(case.n_k)}") from None
     except (AnswerError, NotImplementedError):
         return  # a function that fails here fails its value checks too, which say why
 
