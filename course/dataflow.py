@@ -20,13 +20,13 @@ import contextlib
 import io
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from course.answers import NotFinished
 from course.errors import CheckFailed, CourseError
+from course.paths import shown_path
 
 __all__ = ["SIMULATOR_VERSION", "TILE", "Run", "Unfinished", "available", "simulator", "run", "launch", "variant", "upload", "download", "causal_bias_tile",
            "Event"]
@@ -130,19 +130,6 @@ def causal_bias_tile() -> torch.Tensor:
     """The tile a causal kernel adds to the scores of a diagonal tile: 0 on and below the diagonal, -1e30 above."""
     bias = torch.zeros(TILE, TILE)
     return bias.masked_fill(torch.ones(TILE, TILE, dtype=torch.bool).triu(1), _NEG)
-
-
-def shown_path(path: str, names: dict[str, str] | None = None) -> str:
-    """How a message names a kernel's file: "your cell" for a notebook cell, else the path from the repository."""
-    if names and path in names:
-        return names[path]
-    if "ipykernel_" in path or path.startswith("<"):
-        return "your cell"
-    from course.paths import REPO
-    try:
-        return str(Path(path).resolve().relative_to(REPO))
-    except ValueError:
-        return path
 
 
 def _where(diagnosis: tuple[str, str, str, int] | None, names: dict[str, str]) -> str:

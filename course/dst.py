@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from course.errors import CheckFailed
+from course.paths import shown_path
 
 __all__ = ["capacity", "Step", "Census", "over_budget"]
 
@@ -189,7 +190,6 @@ def over_budget(census: Census, operation: str, dtype_bits: int = 16, full_sync:
     if not worst:
         return
     step = worst[0]
-    from course.dataflow import shown_path
     shown = shown_path(step.file, names)
     mode = f"{dtype_bits}-bit data, {'full' if full_sync else 'half'} sync"
     raise CheckFailed(

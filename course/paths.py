@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 __all__ = ["ENV", "LAB_MARKER", "PACKAGE_ROOT", "CHECKOUT", "REPO", "KERNELS", "SOLUTIONS", "NoCourseFolder",
-           "is_course_folder", "is_lab", "find_root", "working_root"]
+           "is_course_folder", "is_lab", "find_root", "working_root", "shown_path"]
 
 ENV = "COURSE_ROOT"
 LAB_MARKER = Path(".course") / "manifest.json"
@@ -89,3 +89,15 @@ def _repo() -> Path:
 REPO = _repo()
 KERNELS = REPO / "kernels"
 SOLUTIONS = REPO / "solutions"
+
+
+def shown_path(path: str, names: dict[str, str] | None = None) -> str:
+    """How a message names a kernel's file: "your cell" for a notebook cell, else the path from the course folder."""
+    if names and path in names:
+        return names[path]
+    if "ipykernel_" in path or path.startswith("<"):
+        return "your cell"
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return path

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from autograder.grade.pipeline import StudentResult
+    from autograder.grade.results import StudentResult
 
 __all__ = ["CSV_FIELDS", "INTERRUPTED", "NOT_GRADED", "write_csv", "summary_table"]
 

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .device_code import policy_digest, refuse_host_symbols, refuse_host_text, refuse_load_time_code
-from .errors import CourseError, quote_diagnostics, quote_lines
+from .errors import KernelCompileError, quote_diagnostics, quote_lines
 
 __all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime"]
 
@@ -51,10 +51,6 @@ METAL_POSITIONS = {
     "threads_per_simdgroup": 11,
 }
 KIND_ARGUMENT, KIND_THREADGROUP = 0, 12
-
-
-class KernelCompileError(CourseError):
-    """The kernel file did not compile; the message holds g++'s diagnostics for the learner's lines."""
 
 
 @dataclass

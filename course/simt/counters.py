@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .errors import KernelLaunchError
+
 __all__ = ["LaunchCounters", "MatrixOps", "read_counters", "set_cost_model", "tensor_table", "PATTERN", "OPS"]
 
 # numpy mirrors of SimtCounterHeader, SimtMatrixOp and SimtPattern (runtime.cpp).
@@ -152,7 +154,6 @@ def tensor_table(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def read_counters(lib, handle: int, kernel, spec, buffer_names: Sequence[str]) -> LaunchCounters:
     """The patterns of a launch that succeeded (called by RawKernel before the launch's memory is released)."""
-    from .kernel import KernelLaunchError
     address = lib.dll.simt_counters(handle)
     raw = ctypes.string_at(address, _HEADER_BYTES)
     header = dict(zip(HEADER_FIELDS, np.frombuffer(raw, dtype="<u8", count=len(HEADER_FIELDS)).tolist()))

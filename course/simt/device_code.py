@@ -40,6 +40,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from .errors import KernelCompileError
+
 __all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "refuse_load_time_code", "policy_digest",
            "called_name"]
 
@@ -206,7 +208,6 @@ def host_call_sentence(name: str, where: str | None, language: str, shown: str) 
 
 
 def _tool(name: str) -> str:
-    from .compiler import KernelCompileError
     found = os.environ.get(name.upper()) or shutil.which(name)
     if not found:
         raise KernelCompileError(f"`{name}` was not found: the CPU runtime needs it to check what a kernel calls. "
@@ -216,7 +217,6 @@ def _tool(name: str) -> str:
 
 
 def _nm(args: list[str], obj: Path) -> list[str]:
-    from .compiler import KernelCompileError
     res = subprocess.run([_tool("nm"), *args, str(obj)], capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
         raise KernelCompileError(f"`nm` could not read {obj.name}: {res.stderr.strip()[:500]}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["CourseError", "quote_lines", "quote_diagnostics"]
+__all__ = ["CourseError", "KernelCompileError", "KernelLaunchError", "quote_lines", "quote_diagnostics"]
 
 
 class CourseError(Exception):
@@ -22,6 +22,16 @@ class CourseError(Exception):
     def _render_traceback_(self) -> list[str]:
         red, reset = "\x1b[31m", "\x1b[0m"
         return [f"{red}✗ {self.title}{reset}", *str(self).splitlines()]
+
+
+class KernelCompileError(CourseError):
+    """The kernel file did not compile; the message holds g++'s diagnostics for the learner's lines."""
+
+
+class KernelLaunchError(CourseError):
+    """A launch was refused or the kernel failed while running; the message says where and why."""
+
+    title = "kernel failed"
 
 
 def _source_line(code: str, line: int, first_line: int) -> str | None:

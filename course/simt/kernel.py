@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import CourseError, quote_lines
+from .errors import KernelLaunchError, quote_lines
 from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
@@ -53,12 +53,6 @@ REFUSED_SYSCALL = ("the kernel tried to make a system call that device code cann
 COUNTER_PATTERNS = 1 << 16  # distinct warp access patterns one counters launch can report
 PRINTF_LIMIT = 1 << 20  # CUDA's default printf FIFO is 1 MiB too
 SIGNATURE_BYTES_PER_PARAM = 48  # simt::kSignaturePerParam (include/simt_invoke.h)
-
-
-class KernelLaunchError(CourseError):
-    """A launch was refused or the kernel failed while running; the message says where and why."""
-
-    title = "kernel failed"
 
 
 @dataclass
