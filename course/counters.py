@@ -33,6 +33,7 @@ import numpy as np
 
 from course import memory_model as mm
 from course.errors import CheckFailed, CourseError
+from course.tracks.table import TRACK_NAMES
 from course.simt.counters import MODULE, OPS, SHARED, LaunchCounters, set_cost_model, tensor_table
 
 __all__ = ["counters", "first_finished", "Counters", "TritonCounters", "triton_counters", "check_measured",
@@ -640,7 +641,6 @@ def first_finished(*inputs: Any, **tracks: Any) -> tuple[str, Counters]:
     A track still holding its stub (or whose cell failed) is skipped; when none is finished, one sentence
     (course.answers.NotFinished) says so. Any other error of a kernel is raised as it is."""
     from course.answers import NotFinished, unfinished_sentence
-    from course.track_choice import TRACK_NAMES
     for track, target in tracks.items():
         try:
             return track, counters(target, *inputs)

@@ -18,10 +18,10 @@ import io
 from typing import Any
 
 from course.errors import CheckFailed
+from course.tracks.table import TRACK_NAMES
 
 __all__ = ["TRACK_NAMES", "STEPS", "exercise_for", "check_tracks"]
 
-TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}
 
 STOP_AT_FIRST_PASS = False
 """Set by the grader's re-check (course.recheck): once a track passes, the practice tracks cost time and

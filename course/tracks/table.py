@@ -24,7 +24,10 @@ from typing import Any
 from course.errors import CourseError
 from course.paths import REPO
 
-__all__ = ["TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises", "find", "graded_whole"]
+__all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises", "find",
+           "graded_whole"]
+
+TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}  # what a learner reads for each track
 
 TRACKS = ("triton", "cuda", "metal")
 EXTENSIONS = {"triton": "py", "cuda": "cu", "metal": "metal"}
