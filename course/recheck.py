@@ -1,18 +1,21 @@
 """The grader's second pass: every test cell checked again, in a process no answer cell ever ran in.
 
-    python -m course.recheck JOB.json RESULT.json
+    python -m course.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json
 
 The grader (``autograder.grade.recheck``) runs this in a sandbox of its own after nbgrader has run the
-learner's notebook, and the grade of each test cell is what this pass finds. ``JOB.json`` holds:
+learner's notebook, and the grade of each test cell is what this pass finds. The job comes on stdin (a pipe
+from the grader), never as a file: the learner's answer process runs in the same sandbox, and a file there, or
+a descriptor this process kept, would show it the hidden tests. Once read, stdin is /dev/null. The job holds:
 
 - ``setup``: the instructor's setup cells (imports), run first;
 - ``answers``: each answer cell of the lesson, as the learner handed it in, with what it answers:
   - ``python`` cells never run in this process. They run, in order, in an answer process of their own
     (:mod:`course.answer_process`), and their names become :class:`course.answer_process.LiveAnswer`
     stand-ins that call them there, so each check judges what the learner's function computes now, on the
-    arguments (drawn ones included) the check makes now. Only checks that need more than values across a
-    pipe (lesson 08's probes of gradients and training) answer from what the notebook's checks recorded
-    (``recordings``, :class:`course.recording.Replay`);
+    arguments (drawn ones included) the check makes now. Checks that need more than return values (lesson
+    08's gradients and training run) read the cell first (:func:`course.capstone.refused_reach`), then have
+    the course's probe run around the function in that process, and judge the data it returns. What the
+    notebook's checks recorded (``recordings``) decides nothing here;
   - ``triton`` cells give only their ``@triton.jit`` functions, which Triton's real compiler must accept
     before the course's own wrapper launches them (:mod:`course.tracks.triton_answer`);
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
@@ -115,7 +118,6 @@ def _tt_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) 
 def _namespace(job: dict) -> dict[str, Any]:
     import course
     from course.answer_process import AnswerProcess, LiveAnswer
-    from course.recording import Replay
     if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
         from course.tracks.triton_answer import compile_server
         compile_server().warm()  # its start-up (a Python and a Triton import) overlaps the setup cells
@@ -123,7 +125,6 @@ def _namespace(job: dict) -> dict[str, Any]:
     for cell in job.get("setup", []):
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(cell, "<setup>", "exec"), namespace)
-    recordings = job.get("recordings", {})
     python = [answer for answer in job.get("answers", []) if answer["kind"] == "python"]
     answers = AnswerProcess(job.get("setup", []), [{"cell": a["cell"], "source": a.get("source"), "names": a["names"],
                                                     "ended": bool(a.get("ended"))} for a in python])
@@ -133,9 +134,8 @@ def _namespace(job: dict) -> dict[str, Any]:
         kind = answer["kind"]
         if kind == "python":
             for name in answer["names"]:
-                replay = Replay(name, recordings)
-                replay.answer_source = answer.get("source")  # the model-function policy reads it (course.exercises)
-                namespace[name] = LiveAnswer(name, answers, replay, answer.get("source"))
+                # with its text: the model-function policy and lesson 08's reading of the cell use it (course.exercises)
+                namespace[name] = LiveAnswer(name, answers, answer.get("source"))
         elif kind == "triton":
             namespace.update(_triton_functions(answer))
         elif kind == "tt":
@@ -165,7 +165,7 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     from course import track_choice
     track_choice.STOP_AT_FIRST_PASS = True
     # The grader's environment says "autograde", which tells the notebook's checks to record and skip the
-    # compiler; here is where the compiler runs and the recordings are read.
+    # compiler; here is where the compiler runs.
     os.environ.pop("NBGRADER_EXECUTION", None)
     results: dict[str, dict[str, Any]] = {}
     namespace = _namespace(job)
@@ -195,22 +195,36 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     return results
 
 
+def _forget_stdin() -> None:
+    """Put /dev/null where the job came in, so no descriptor of this process leads back to it."""
+    quiet = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(quiet, 0)
+    os.close(quiet)
+    sys.stdin = open(os.devnull, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (2, 3):
-        print("usage: python -m course.recheck JOB.json RESULT.json [SECONDS_PER_TEST]", file=sys.stderr)
+    if len(args) not in (2, 3) or args[0] != "-":
+        print("usage: python -m course.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json (the job comes on stdin: "
+              "a file would be readable by the learner's answer cells)", file=sys.stderr)
         return 2
     from course.answer_process import protect_this_process, stop_every_answer_process
     # The learner's Python answers run in children of this process: none may reach it, or outlive the result.
     protect_this_process()
-    job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    job = json.loads(sys.stdin.buffer.read())
+    _forget_stdin()  # before any answer process starts: nothing of the job stays open to be read again
     started = time.monotonic()
     results = run_job(job, float(args[2]) if len(args) == 3 else 600.0)
     stop_every_answer_process()
     payload = {"tests": results, "seconds": round(time.monotonic() - started, 2)}
     target = Path(args[1])
     staged = target.with_name(f".{target.name}.{os.getpid()}")
-    staged.write_text(json.dumps(payload), encoding="utf-8")
+    staged.unlink(missing_ok=True)
+    # A fresh file, never a link left at that name: what the result says goes only where the grader reads it.
+    with os.fdopen(os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644),
+                   "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(payload))
     os.replace(staged, target)  # whatever stood at the result's path is replaced, never written through
     return 0
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,9 +229,11 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     workdir, outdir = scratch / "work", scratch / "out"
     workdir.mkdir(parents=True)
     outdir.mkdir()
-    (workdir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    # The job (the hidden tests among it) goes in through a pipe, never as a file: the learner's answer process
+    # runs in the same sandbox, and the working folder stays empty. course.recheck reads it to the end before any
+    # answer runs, and what a pipe held is gone once read.
     result = outdir / "result.json"
-    argv = [sys.executable, "-m", "course.recheck", str(workdir / "job.json"), str(result), f"{per_test:g}"]
+    argv = [sys.executable, "-m", "course.recheck", "-", str(result), f"{per_test:g}"]
     if settings.isolate:
         hand_over(outdir, sandbox_uid(workdir))
         argv = kernel_command(argv, settings, workdir, outdir, kernels_view)
@@ -240,8 +243,9 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
             # A session of its own: on a timeout the whole sandbox (and any compiler it started) goes.
             # It dies with this process (kernel_command arms the death signal; unconfined, die_with_parent).
             proc = subprocess.Popen(argv if settings.isolate else die_with_parent(argv, name="recheck"), cwd=workdir,
-                                    stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                     start_new_session=True)
+            _hand_in(proc, json.dumps(job).encode())
             with tracked(proc):
                 try:
                     proc.wait(timeout=time_limit)
@@ -264,6 +268,22 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     except ValueError:
         return Recheck(problem="the re-check wrote an unreadable result", seconds=time.monotonic() - started)
     return Recheck(tests=dict(data.get("tests", {})), seconds=time.monotonic() - started)
+
+
+def _hand_in(proc: subprocess.Popen, data: bytes) -> None:
+    """Write ``data`` to ``proc``'s stdin from a thread of its own (a job larger than a pipe holds blocks until it
+    is read), then close it. A re-check that ends before reading it all says so in its result."""
+    def feed() -> None:
+        try:
+            proc.stdin.write(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+    threading.Thread(target=feed, name="recheck-job", daemon=True).start()
 
 
 def scratch_folder() -> Path:
