@@ -248,9 +248,10 @@ def _tiled_torch_cases() -> list[Case]:
 
 # Block sizes the check hands the learner's function: square, tall and wide tiles, none dividing every N.
 _TILE_SIZES = ((16, 16), (32, 16), (16, 64))
-# The case whose run is watched: big enough that the N×N matrix, or a strip of BLOCK_M rows by all the
-# keys, is larger than any tensor a tiled loop needs (inputs of N × D, a BLOCK_M × BLOCK_N × D product).
-_WATCHED = Case(448, 384, 16, seed=6)
+# The case whose run is watched: big enough that the N×N matrix, or a strip of rows by all the keys, is larger
+# than any tensor a tiled loop needs (inputs of N × D, a BLOCK_M × BLOCK_N × D product). D is small so that a
+# strip of 6 rows or more already is (the re-check's memory limit refuses strips of a few rows too, below).
+_WATCHED = Case(448, 384, 4, seed=6)
 _WATCHED_TILES = (32, 16)
 
 
@@ -286,7 +287,9 @@ def _check_footprint(exercise: str, fn) -> None:
                           f"and accumulator, written with plain tensor operations.")
     if seen.largest > limit:
         shape = " × ".join(map(str, seen.largest_shape))
-        strip = f" (that is BLOCK_M rows by every key)" if n_k in seen.largest_shape and bm in seen.largest_shape else ""
+        strip = (f" (that is {min(seen.largest_shape)} rows of scores by every key: a strip of the score matrix)"
+                 if len(seen.largest_shape) == 2 and n_k in seen.largest_shape and min(seen.largest_shape) < n_q
+                 else "")
         raise CheckFailed(
             f"{exercise}: {where} your function built a tensor of {shape} = {seen.largest:,} elements "
             f"(by {seen.largest_op}){strip}; a tiled loop never needs more than a Q tile, a K/V tile, a "
@@ -304,27 +307,42 @@ def _check_footprint(exercise: str, fn) -> None:
 
 # Where the grade is decided (course.recheck) the learner's function runs in its answer process, which its own
 # code controls, so no watch inside it can be trusted; the process's memory can be limited from outside instead.
-# On Nq = Nk = 4096 the score matrix alone is 64 MiB in float32; a tiled loop with 128 x 128 tiles needs the
-# inputs, the output and a few tiles (under 2 MiB), so 24 MiB past what a first small call left allocated
-# separates them, whatever the learner's code does inside.
-_LIVE_WATCHED, _LIVE_TILES, _LIVE_EXTRA_BYTES = Case(4096, 4096, 16, seed=6), (128, 128), 24 << 20
+# The case has few queries, very many keys and D = 1, so that scores as wide as all the keys dwarf everything a
+# tiled loop holds: Q, K and V are 8 MiB, and even a float64 copy of K and V adds only 16 MiB, while one strip of
+# 8 rows by all the keys is 32 MiB, and a softmax taken over it at once needs two or three of them. Measured peaks
+# (resident memory above what the call found): the tiled loop 9 MiB, with float64 copies of K and V 25 MiB; strips
+# of 4 rows 52 MiB, of 8 rows 73 (in place) to 105 MiB, of block_m = 32 rows 393 MiB, the whole matrix 521 MiB.
+# So 40 MiB past what a first small call left allocated separates them, whatever the learner's code does inside,
+# and the notebook's watch above refuses every strip this refuses (it refuses strips from 6 rows on).
+# The keys repeat a block of 1024 (the values are not checked here), so the call's arguments cross the pipe
+# compressed to almost nothing, and decoding them costs the answer process no more than the inputs themselves.
+_LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES, _LIVE_EXTRA_BYTES = 64, 1 << 20, 1, (32, 1024), 40 << 20
+
+
+def _long_keys(n_q: int, n_k: int, d: int, seed: int, period: int = 1024) -> tuple[torch.Tensor, ...]:
+    q, k, v = Case(n_q, period, d, seed=seed).tensors()
+    return q, k.repeat(-(-n_k // period), 1)[:n_k].contiguous(), v.repeat(-(-n_k // period), 1)[:n_k].contiguous()
 
 
 def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
     from course.answer_process import AnswerError, MemoryLimitHit
-    case, (bm, bn) = _LIVE_WATCHED, _LIVE_TILES
+    n_q, n_k, d, (bm, bn) = _LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES
     tiles = dict(block_m=bm, block_n=bn)
+    inputs = _long_keys(n_q, n_k, d, seed=6)
     try:
-        fn.process.call_within(fn.name, case.tensors(), tiles, _LIVE_EXTRA_BYTES,
-                               warmup=(Case(130, 260, 16, seed=7).tensors(), tiles))
+        fn.process.call_within(fn.name, inputs, tiles, _LIVE_EXTRA_BYTES,
+                               warmup=(_long_keys(2 * bm, 4 * bn, d, seed=7), tiles))
     except MemoryLimitHit:
-        scores = case.n_q * case.n_k * 4
+        held = sum(t.numel() * t.element_size() for t in inputs) >> 20
+        strip = bm * n_k * 4
         raise CheckFailed(
-            f"{exercise}: on Nq={case.n_q}, Nk={case.n_k}, D={case.d} with block_m={bm}, block_n={bn}, your function "
-            f"needed more than {_LIVE_EXTRA_BYTES >> 20} MiB beyond its inputs, where the {case.n_q} × {case.n_k} score "
-            f"matrix alone is {scores >> 20} MiB and a tiled loop needs a Q tile, a K/V tile, a {bm} × {bn} score tile "
-            f"and the output (measured from outside your code, with a memory limit).\n"
-            f"{_tiling_hint(case.n_k)}") from None
+            f"{exercise}: on Nq={n_q}, Nk={n_k:,}, D={d} with block_m={bm}, block_n={bn}, your function needed more "
+            f"than {_LIVE_EXTRA_BYTES >> 20} MiB for the call (its inputs and output are {held} MiB of that; measured "
+            f"from outside your code, with a memory limit). A tiled loop needs only a Q tile, a K/V tile and a "
+            f"{bm} × {bn} score tile besides them, where a strip of scores {bm} rows by every key is already "
+            f"{strip >> 20} MiB: your function built the score matrix, or strips of it with the softmax taken over "
+            f"all the keys at once.\n"
+            f"{_tiling_hint(n_k)}") from None
     except (AnswerError, NotImplementedError):
         return  # a function that fails here fails its value checks too, which say why
 

@@ -1,0 +1,100 @@
+"""Lesson 03's rule where the grade is decided: no score matrix, and no strip of it as wide as all the keys.
+
+A learner can compute one block of rows against every key at once and take the softmax over it (right numbers,
+no key tiles, no online softmax). The re-check runs the answer under a memory limit set from outside its process
+(``course.exercises._check_footprint_live``), on a case with many keys and D = 1, where such a strip costs many
+times what the tiled loop holds; the notebook's watch refuses the same strips first.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import course
+from course.answer_process import AnswerProcess, LiveAnswer
+from course.errors import CheckFailed
+from course.exercises import _check_footprint, _check_footprint_live
+
+# Right answers (the tiled loop's numbers) whose scores are strips: `rows` rows by every key at once.
+STRIPS = '''
+import math
+import torch
+
+
+def strips(q, k, v, rows, scale):
+    scale = 1.0 / math.sqrt(q.shape[1]) if scale is None else scale
+    o, lse = torch.empty_like(q), torch.empty(q.shape[0])
+    for i0 in range(0, q.shape[0], rows):
+        s = (q[i0:i0 + rows].float() @ k.float().T) * scale
+        lse[i0:i0 + rows] = torch.logsumexp(s, dim=1)
+        o[i0:i0 + rows] = (torch.softmax(s, dim=1) @ v.float()).to(q.dtype)
+    return o, lse
+
+
+def block_strips(q, k, v, block_m=16, block_n=16, scale=None):
+    return strips(q, k, v, block_m, scale)
+
+
+def eight_row_strips(q, k, v, block_m=16, block_n=16, scale=None):
+    return strips(q, k, v, 8, scale)
+
+
+def tiled_in_float64(q, k, v, block_m=16, block_n=16, scale=None):
+    # Honest tiles, on float64 copies of the whole of Q, K and V: as wide as the inputs, never as the keys.
+    n_q, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    o, lse = torch.empty_like(q), torch.empty(n_q)
+    for i0 in range(0, n_q, block_m):
+        q_i = q64[i0:i0 + block_m]
+        m = torch.full((q_i.shape[0],), -math.inf, dtype=torch.float64)
+        l = torch.zeros(q_i.shape[0], dtype=torch.float64)
+        acc = torch.zeros(q_i.shape[0], d, dtype=torch.float64)
+        for j0 in range(0, k.shape[0], block_n):
+            s = (q_i @ k64[j0:j0 + block_n].T) * scale
+            m_new = torch.maximum(m, s.amax(dim=1))
+            p = torch.exp(s - m_new[:, None])
+            alpha = torch.exp(m - m_new)
+            l, acc, m = l * alpha + p.sum(dim=1), acc * alpha[:, None] + p @ v64[j0:j0 + block_n], m_new
+        o[i0:i0 + block_m] = (acc / l[:, None]).to(q.dtype)
+        lse[i0:i0 + block_m] = (m + torch.log(l)).float()
+    return o, lse
+'''
+NAMES = ["block_strips", "eight_row_strips", "tiled_in_float64"]
+
+
+@pytest.fixture(scope="module")
+def answers():
+    process = AnswerProcess(["import math, torch, course"], [{"cell": "tiled_torch", "source": STRIPS, "names": NAMES}])
+    yield process
+    process.close()
+
+
+@pytest.mark.parametrize("name", ["block_strips", "eight_row_strips"])
+def test_a_strip_of_scores_is_refused_where_the_grade_is_decided(answers, name):
+    with pytest.raises(CheckFailed) as refused:
+        _check_footprint_live("03.tiled_torch", LiveAnswer(name, answers))
+    message = str(refused.value)
+    assert message.startswith("03.tiled_torch: on Nq=64, Nk=1,048,576, D=1 with block_m=32, block_n=1024, your "
+                              "function needed more than 40 MiB for the call"), message
+    assert "strips of it with the softmax taken over all the keys at once" in message
+    assert message.splitlines()[-1].startswith("  hint: loop over K/V tiles of block_n keys")
+
+
+def test_tiles_on_float64_copies_of_the_inputs_pass(answers):
+    _check_footprint_live("03.tiled_torch", LiveAnswer("tiled_in_float64", answers))
+
+
+def test_the_notebook_watch_refuses_the_same_strips():
+    namespace: dict = {}
+    exec(compile(STRIPS, "<strips>", "exec"), namespace)
+    q, k, v = course.make_qkv(20, 16, seed=1)
+    for name in NAMES:  # all three are right: only what they build can fail them
+        o, lse = namespace[name](q, k, v, block_m=16, block_n=16)
+        s = (q @ k.T) / math.sqrt(16)
+        assert torch.allclose(o, torch.softmax(s, 1) @ v, atol=1e-5) and torch.allclose(lse, torch.logsumexp(s, 1))
+    for name, rows in (("block_strips", 32), ("eight_row_strips", 8)):
+        with pytest.raises(CheckFailed, match=rf"{rows} rows of scores by every key: a strip of the score matrix"):
+            _check_footprint("03.tiled_torch", namespace[name])
