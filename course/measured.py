@@ -35,6 +35,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ from course.inputs import Case
 
 __all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "MATRIX_PROBES", "PIPELINE_PROBES", "causal_tiles_triton",
            "backward_tiles_triton", "causal_tiles_simt", "matrix_units_triton", "matrix_units_simt",
-           "double_buffer_simt", "simt_step_techniques", "interpreted", "model_function", "refusing_model_calls",
+           "double_buffer_simt", "simt_step_techniques", "PIPELINE_TRITON", "pipelined_loads",
+           "pipelining_triton", "interpreted", "model_function", "refusing_model_calls",
            "model_references", "function_source"]
 
 # Shapes a causal kernel is measured on (float32, so the Triton check configs give 64 x 32 forward tiles and
@@ -140,13 +142,44 @@ def _device():
     return tiers.device()
 
 
-def _run_recorded(fn: Callable[..., Any], args: tuple, kwargs: dict):
+class _selects_recorded:
+    """Inside interpreter_checks: every ``tl.where`` a program runs is noted on its launch, as ``launch.selects``
+    (program, how many accesses the launch had recorded by then, the result's shape), so a select can be placed
+    after the load of the tile it works on."""
+
+    def __enter__(self):
+        from triton.runtime import interpreter
+
+        from course import racecheck
+        self.cls = interpreter.InterpreterBuilder
+        self.saved = self.cls.create_select
+
+        def select(builder, cond, lhs, rhs):
+            result = self.saved(builder, cond, lhs, rhs)
+            if racecheck._active:
+                launch = racecheck._active[-1]
+                if not hasattr(launch, "selects"):
+                    launch.selects = []
+                launch.selects.append((racecheck._program()[0], len(launch.ops), tuple(np.shape(result.data))))
+            return result
+        self.cls.create_select = select
+        return self
+
+    def __exit__(self, *exc):
+        self.cls.create_select = self.saved
+        return False
+
+
+def _run_recorded(fn: Callable[..., Any], args: tuple, kwargs: dict, selects: bool = False):
     """(launches, None) after running ``fn`` under the interpreter's checks, (None, OutOfBounds) when an
-    access left its tensor, (None, None) when ``fn`` failed otherwise (the value check reports that)."""
+    access left its tensor, (None, None) when ``fn`` failed otherwise (the value check reports that). With
+    ``selects``, each launch also holds the selects (``tl.where``) its programs ran (:class:`_selects_recorded`)."""
+    import contextlib
+
     from course.racecheck import OutOfBounds, interpreter_checks
     launches: list = []
     try:
-        with interpreter_checks(launches=launches):
+        with interpreter_checks(launches=launches), (_selects_recorded() if selects else contextlib.nullcontext()):
             fn(*args, **kwargs)
     except OutOfBounds as exc:
         return None, exc
@@ -301,7 +334,7 @@ def causal_tiles_triton(exercise: str, fn: Callable[..., Any], probes: Iterable[
     run = interpreted(fn)
     for case in probes:
         q, k, v = case.tensors(_device())
-        launches, fault = _run_recorded(run, (q, k, v), dict(causal=True))
+        launches, fault = _run_recorded(run, (q, k, v), dict(causal=True), selects=True)
         if fault is not None:
             if (text := _bound_overrun(exercise, case, fault, _block_m(run, case))):
                 raise CheckFailed(text)
@@ -312,6 +345,78 @@ def causal_tiles_triton(exercise: str, fn: Callable[..., Any], probes: Iterable[
             found = _visits(launch, "query", "k_ptr")
             if found is not None and (problem := _tile_problem(exercise, case, found, "")):
                 raise CheckFailed(problem)
+        for launch in launches:  # the key tiles it loads are right: now which of them it masked
+            if (problem := _mask_problem(exercise, case, launch)):
+                raise CheckFailed(problem)
+
+
+def masked_tiles(launch, argument: str = "k_ptr") -> dict[tuple[int, int, int], set[int]] | None:
+    """Per program of a recorded launch (:func:`_run_recorded` with ``selects``), the key tiles it masked: those
+    it ran a select (``tl.where``) of a whole score tile, BLOCK_M × BLOCK_N, on, after loading them. None when the
+    launch has no such argument, no tile sizes, or no record of its selects."""
+    tensor = dict(launch.buffers).get(argument)
+    block_m, block_n = launch.constants.get("BLOCK_M"), launch.constants.get("BLOCK_N")
+    if (tensor is None or tensor.dim() < 2 or not tensor.is_contiguous() or not isinstance(block_m, int)
+            or not isinstance(block_n, int) or not hasattr(launch, "selects")):
+        return None
+    base, size = tensor.data_ptr(), tensor.element_size()
+    end = base + tensor.numel() * size
+    n_rows, width = tensor.shape[-2], tensor.shape[-1]
+    tile_at: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)  # program -> (op index, tile)
+    for index, (program, _, kind, _, addresses, _) in enumerate(launch.ops):
+        if kind != "r":
+            continue
+        inside = addresses[(addresses >= np.uint64(base)) & (addresses < np.uint64(end))]
+        if inside.size:
+            rows = (inside - np.uint64(base)).astype(np.int64) // size // width % n_rows
+            tile_at[program].append((index, int(rows.min()) // block_n))
+    masked: dict[tuple[int, int, int], set[int]] = defaultdict(set)
+    for program, position, shape in launch.selects:
+        if shape != (block_m, block_n):
+            continue
+        loaded = [tile for index, tile in tile_at.get(program, []) if index < position]
+        if loaded:
+            masked[program].add(loaded[-1])
+    return masked
+
+
+def _mask_problem(exercise: str, case: Case, launch) -> str | None:
+    """The first program that masked a key tile its rows all see whole, in words; None when none did.
+
+    A tile needs the element-wise mask when the diagonal crosses it, or when it is the partial last tile (its
+    padding keys are hidden by the same select)."""
+    masked = masked_tiles(launch)
+    if not masked:
+        return None
+    block_m, block_n = launch.constants["BLOCK_M"], launch.constants["BLOCK_N"]
+    n_q, n_k = case.n_q, case.n_k
+    tiles = -(-n_k // block_n)
+    for program in sorted(masked):
+        query_tile = program[0]
+        if query_tile * block_m >= n_q:
+            continue
+        kinds = {kt: causal.tile_kind(n_q, n_k, block_m, block_n, query_tile, kt) for kt in range(tiles)}
+        needed = {kt for kt, kind in kinds.items() if kind == "diagonal"}
+        if n_k % block_n:
+            needed.add(tiles - 1)
+        extra = {kt for kt in masked[program] - needed if kinds.get(kt) == "full"}
+        if not extra:
+            continue
+        got = masked[program]
+        crossing = got & {kt for kt, kind in kinds.items() if kind == "diagonal"}
+        r0, r1 = query_tile * block_m, min(n_q, (query_tile + 1) * block_m) - 1
+        only = (f"of which only {len(crossing)} {'crosses' if len(crossing) == 1 else 'cross'} the diagonal"
+                if crossing else "none of which the diagonal crosses")
+        return (f"{exercise}: on {case.describe()}, with {block_m} × {block_n} tiles, the program for query tile "
+                f"{query_tile} (rows {r0}–{r1}) masked {len(got)} key tile{'s' if len(got) != 1 else ''}, {only}: "
+                f"{_tiles('key', extra, block_n, n_k)} {'is' if len(extra) == 1 else 'are'} seen whole by every one "
+                f"of its rows (query i sees keys j <= {_offset_text(n_q, n_k)}), yet went through the element-wise "
+                f"mask. The numbers are right, but on a GPU the mask costs BLOCK_M × BLOCK_N compares and selects "
+                f"per tile, between the two matrix products, on tiles that need none.\n"
+                f"  hint: split the key axis in two stages: [0, lo) unmasked (MASKED=False), [lo, hi) masked, with lo "
+                f"the first key the block's first row cannot see (start_m + Nk − Nq + 1), rounded down to a multiple of "
+                f"BLOCK_N.")
+    return None
 
 
 _BACKWARD_LAUNCHES = {"dkdv_kernel": ("key", "q_ptr"), "dq_kernel": ("query", "k_ptr")}
@@ -734,6 +839,219 @@ def simt_step_techniques(exercise: str, module) -> None:
         matrix_units_simt(exercise, module)
     if exercise in PIPELINE_PROBES:
         double_buffer_simt(exercise, module)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 04 (Triton): the software pipeline, in the compiled kernel
+# ---------------------------------------------------------------------------------------------
+# Triton writes the ping-pong itself: with num_stages >= 2 its pipeliner turns each tile load of a loop into an
+# asynchronous copy into shared memory, issued for a later iteration (a copy of the first tiles before the loop,
+# the prologue, and in the loop the copy of tile t + 1 while tile t is computed on). The interpreter runs none of
+# that, so the kernel is compiled, as the compile gate compiles it (the check's configuration, fp16, D = 64, for
+# sm_90: an H100), and its TTGIR read: every load of the loop that holds the tl.dot calls must be such a copy,
+# with its prologue before the loop. On sm_90 a tile loaded through a tensor descriptor is copied by the TMA unit
+# (ttng.async_tma_copy_global_to_local); one loaded through a tensor of pointers by the threads (cp.async,
+# ttg.async_copy_global_to_local).
+
+PIPELINE_TRITON = {"04.double_buffer_triton": "04_double_buffer"}
+_PIPELINE_TARGET = 90
+_ASYNC_COPIES = ("ttg.async_copy_global_to_local", "ttng.async_tma_copy_global_to_local", "ttng.async_tma_gather")
+_TILE_LOADS = ("tt.load", "tt.descriptor_load", "tt.descriptor_gather") + _ASYNC_COPIES
+_TTGIR_OP = re.compile(r"^\s*(?:%[\w#:]+(?:\s*,\s*%[\w#:]+)*\s*=\s*)?\"?([a-z_]+\.[a-z_0-9.]+)")
+
+
+def pipelined_loads(ttgir: str) -> list[dict]:
+    """The loops of a compiled kernel that hold a matrix product, each with the loads in its body: per load, the
+    operation, its source line and whether the pipeliner made it an asynchronous copy for a later iteration (the
+    same load's copy also sits before the loop: the prologue)."""
+    lines = ttgir.splitlines()
+    aliases = {}
+    for line in lines:
+        found = re.match(r"^(#loc\d*)\s*=\s*loc\((.*)\)\s*$", line)
+        if found:
+            aliases[found.group(1)] = found.group(2)
+
+    def expand(text: str, depth: int = 0) -> str:
+        if depth > 64:
+            return text
+        return re.sub(r"#loc\d*\b", lambda m: "(" + expand(aliases.get(m.group(0), "?"), depth + 1) + ")", text)
+
+    def where(line: str) -> str:
+        found = re.search(r"\bloc\((.*)\)\s*$", line)
+        return expand(found.group(1)) if found else ""
+
+    ops: list[tuple[int, str, str]] = []
+    stack: list[tuple[str, int]] = []
+    loops: list[tuple[str, int, int, str]] = []
+    for i, line in enumerate(lines):
+        if line.startswith("#"):
+            continue
+        found = _TTGIR_OP.match(line)
+        op = found.group(1) if found else ""
+        ops.append((i, op, line))
+        opens, closes = line.count("{"), line.count("}")
+        for _ in range(opens - closes):
+            stack.append((op, i))
+        for _ in range(closes - opens):
+            if not stack:
+                break
+            kind, start = stack.pop()
+            if kind in ("scf.for", "scf.while"):
+                loops.append((kind, start, i, lines[start]))
+    found_loops = []
+    for kind, start, end, head in sorted(loops, key=lambda loop: loop[1]):
+        body = [(op, line) for i, op, line in ops if start <= i <= end]
+        if not any(op == "tt.dot" or op.endswith("warp_group_dot") or op.endswith("tc_gen5_mma") for op, _ in body):
+            continue
+        prologue = {where(line) for i, op, line in ops if i < start and op in _ASYNC_COPIES}
+        loads = []
+        for op, line in body:
+            if op in _TILE_LOADS:
+                loc = where(line)
+                place = re.search(r"\"([^\"]+)\":(\d+):\d+", loc)
+                loads.append({"op": op, "file": place.group(1) if place else "", "line": int(place.group(2)) if place else 0,
+                              "pipelined": op in _ASYNC_COPIES and loc in prologue})
+        stages = re.search(r"tt\.num_stages\s*=\s*(\d+)", lines[end] + head)
+        found_loops.append({"kind": kind, "num_stages": int(stages.group(1)) if stages else None, "loads": loads})
+    return found_loops
+
+
+def _pipeline_worker() -> None:
+    """In a process of its own (TRITON_INTERPRET=0): compile the lesson file named on stdin as the compile gate does,
+    for sm_90, and print what :func:`pipelined_loads` reads off each kernel's TTGIR, as JSON."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from course.tools import triton_gate as gate
+    request = json.loads(sys.stdin.read())
+    path, stem = Path(request["path"]), request["stem"]
+    answer: dict[str, Any] = {"kernels": []}
+    try:
+        api = gate._triton_api()
+    except gate._Unsupported as exc:
+        print(json.dumps({"limit": str(exc)}))
+        return
+    compiled: list = []
+    compile_ = api.compile
+
+    def keep(*args, **kwargs):
+        result = compile_(*args, **kwargs)
+        compiled.append(result)
+        return result
+    api.compile = keep
+    with tempfile.TemporaryDirectory(prefix="course-pipeline-") as folder:
+        if path.stem != stem:  # the gate finds a lesson's file by its name
+            os.symlink(path, Path(folder) / f"{stem}.py")
+            path = Path(folder) / f"{stem}.py"
+        matrix = gate.Matrix(lessons=(stem,), dtypes=("fp16",), head_dims=(64,), head_dims_by_dtype=(),
+                             causal=(False,), targets=(_PIPELINE_TARGET,))
+        launches, errors = gate._capture(matrix, path.parent)
+        groups, more = gate._groups(launches, matrix)
+        results = [r for group in groups for r in gate._run_group(group)]
+    answer["failed"] = [r.error for r in errors + more + results if not r.ok]
+    for result, kernel in zip(results, compiled):
+        answer["kernels"].append({"name": result.kernel, "config": result.config,
+                                  "loops": pipelined_loads(kernel.asm["ttgir"])})
+    print(json.dumps(answer))
+
+
+_PIPELINES: dict[str, dict] = {}  # the text of a compiled file -> what its TTGIR showed
+
+
+def _compiled_loops(path: str, stem: str) -> dict | None:
+    """What :func:`_pipeline_worker` found for the file ``path`` (once per text), or None when it could not say."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from course.paths import PACKAGE_ROOT
+    text = Path(path).read_text(encoding="utf-8")
+    key = hashlib.sha256(f"{stem}\n{text}".encode()).hexdigest()
+    if key not in _PIPELINES:
+        env = dict(os.environ, TRITON_INTERPRET="0")
+        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        try:
+            done = subprocess.run([sys.executable, "-c", "from course.measured import _pipeline_worker; _pipeline_worker()"],
+                                  input=json.dumps({"path": str(path), "stem": stem}), capture_output=True, text=True,
+                                  env=env, cwd=PACKAGE_ROOT, timeout=300)
+            lines = done.stdout.strip().splitlines()
+            _PIPELINES[key] = json.loads(lines[-1]) if done.returncode == 0 and lines else {"error": done.stderr[-2000:]}
+        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            _PIPELINES[key] = {"error": str(exc)}
+    found = _PIPELINES[key]
+    return None if "error" in found or "limit" in found or found.get("failed") else found
+
+
+def _module_file(fn: Callable[..., Any]) -> str | None:
+    """The file of the module whose wrapper ``fn`` is (a course wrapper around a learner's kernels keeps it in
+    ``path``)."""
+    path = getattr(fn, "path", None)
+    if path is not None:
+        return str(path)
+    inner = getattr(fn, "fn", fn)
+    inner = inner.func if isinstance(inner, functools.partial) else inner
+    code = getattr(inner, "__code__", None)
+    return code.co_filename if code is not None and os.path.isfile(code.co_filename) else None
+
+
+def _quoted(path: str, line: int) -> str:
+    import linecache
+    text = linecache.getline(path, line).split("  #")[0].strip()
+    return f"line {line} (`{text}`)" if text else f"line {line}"
+
+
+def pipelining_triton(exercise: str, fn: Callable[..., Any]) -> None:
+    """Lesson 04 (Triton): compiled for sm_90 with the check's configuration, every tile the key loop loads is an
+    asynchronous copy issued ahead of its use (Triton's software pipeline), and a K/V tile is copied by the TMA
+    unit, as a tile loaded through a tensor descriptor is.
+
+    A kernel that fails to compile is not measured here: the compile gate and the value check report it."""
+    path = _module_file(fn)
+    if path is None:
+        return
+    found = _compiled_loops(path, PIPELINE_TRITON[exercise])
+    if found is None:
+        return
+    where = f"{exercise}: compiled for sm_{_PIPELINE_TARGET} (an H100) as a check launches it (float16, D = 64"
+    for kernel in found["kernels"]:
+        config = re.match(r"M(\d+) N(\d+) w(\d+) s(\d+)$", kernel["config"] or "")
+        here = (f"{where}, {config[1]} × {config[2]} tiles, {config[3]} warps, num_stages = {config[4]})" if config
+                else f"{where})")
+        for loop in kernel["loops"]:
+            waiting = [load for load in loop["loads"] if not load["pipelined"]]
+            if waiting:
+                lines = sorted({load["line"] for load in waiting if load["line"]})
+                named = " and ".join(_quoted(path, n) for n in lines) or "its tile loads"
+                if loop["kind"] == "scf.while":
+                    why = ("a while loop is never pipelined: the compiler cannot tell how many iterations follow, so it "
+                           "cannot issue the copies of later tiles ahead")
+                    fix = "write the loop as `for start_n in tl.range(0, N_CTX_K, BLOCK_N):`"
+                elif loop["num_stages"] is not None and loop["num_stages"] < 2:
+                    why = (f"the loop's tl.range(..., num_stages={loop['num_stages']}) turns the pipeline off, whatever "
+                           f"the launch's num_stages says")
+                    fix = ("leave num_stages out of tl.range (the launch's configuration sets it), or give it 2 or "
+                           "more")
+                else:
+                    why = "the compiler found no way to issue those copies ahead of their use"
+                    fix = ("loop with `for start_n in tl.range(0, N_CTX_K, BLOCK_N):` and load each tile whole, "
+                           "k_desc.load([start_n, 0]) and v_desc.load([start_n, 0]), at the top of the loop")
+                raise CheckFailed(
+                    f"{here}, your kernel's key loop loads its tiles at {named} and waits for each one before "
+                    f"computing on it: the loads were not software-pipelined, so every tile pays the full memory "
+                    f"latency before its math can start. With num_stages = 2 Triton copies tile t + 1 into shared "
+                    f"memory while tile t is computed on; here {why}.\n  hint: {fix}.")
+            threads = sorted({load["line"] for load in loop["loads"] if load["op"] == "ttg.async_copy_global_to_local"
+                              and load["line"]})
+            if threads:
+                raise CheckFailed(
+                    f"{here}, your kernel's key loop loads tiles through a tensor of pointers (tl.load) at "
+                    f"{' and '.join(_quoted(path, n) for n in threads)}: they are pipelined, but on a Hopper GPU each "
+                    f"thread computes and copies its own addresses (cp.async) where the TMA unit could copy the whole "
+                    f"tile. Load K and V through their tensor descriptors, k_desc.load([start_n, 0]) and "
+                    f"v_desc.load([start_n, 0]): the descriptor knows the tile is a dense rectangle, which is what "
+                    f"lets the compiler hand the copy to the TMA unit (and emit 16-byte loads on GPUs without one).")
 
 
 # ---------------------------------------------------------------------------------------------

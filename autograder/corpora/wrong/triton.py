@@ -114,6 +114,24 @@ WRONG_KERNELS: list[WrongKernel] = [
     _W("04.double_buffer_triton", "lse-in-base-2", "stores the LSE in base-2 units",
        (("lse = (m + tl.log2(l)) * 0.6931471805599453", "lse = m + tl.log2(l)"),), expect="wrong LSE",
        hint="base-2 units"),
+    # Right numbers, the lesson's technique missing: the compiled loop (sm_90, the check's configuration) is read
+    # for Triton's software pipeline and the TMA copies of descriptor loads (course.measured.pipelining_triton).
+    _W("04.double_buffer_triton", "single-stage", "turns the pipeline off with tl.range(..., num_stages=1), so each "
+       "K/V tile is loaded and waited for inside its own iteration",
+       (("for start_n in tl.range(0, N_CTX_K, BLOCK_N):", "for start_n in tl.range(0, N_CTX_K, BLOCK_N, num_stages=1):"),),
+       expect=r"the loads were not software-pipelined(.|\n)*tl.range\(\.\.\., num_stages=1\) turns the pipeline off",
+       hint="leave num_stages out of tl.range"),
+    _W("04.double_buffer_triton", "pointer-tile-loads", "loads the K and V tiles with tl.load through tensors of "
+       "pointers instead of the descriptors",
+       (("k = k_desc.load([start_n, 0]).to(tl.float32)",
+         "k = tl.load(k_ptr + z * stride_kz + (start_n + offs_n)[:, None] * stride_kn + tl.arange(0, BLOCK_D)[None, :], "
+         "mask=((start_n + offs_n)[:, None] < N_CTX_K) & (tl.arange(0, BLOCK_D)[None, :] < HEAD_DIM), other=0.0)"
+         ".to(tl.float32)"),
+        ("v = v_desc.load([start_n, 0]).to(tl.float32)",
+         "v = tl.load(v_ptr + z * stride_vz + (start_n + offs_n)[:, None] * stride_vn + tl.arange(0, BLOCK_D)[None, :], "
+         "mask=((start_n + offs_n)[:, None] < N_CTX_K) & (tl.arange(0, BLOCK_D)[None, :] < HEAD_DIM), other=0.0)"
+         ".to(tl.float32)")),
+       expect=r"loads tiles through a tensor of pointers \(tl.load\)(.|\n)*TMA unit", hint=None),
     # -- 05: tensor cores -------------------------------------------------------------------------
     _W("05.mma_triton", "missing-rescale", "forgets to rescale the accumulator before the next MMA",
        (("        acc = acc * alpha[:, None]\n", ""),), hint="acc is not rescaled"),
@@ -155,6 +173,14 @@ WRONG_KERNELS: list[WrongKernel] = [
     _W("06.causal_triton", "diagonal-blocks-unmasked", "runs the blocks that straddle the diagonal without the mask",
        (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = hi // BLOCK_N * BLOCK_N"),),
        hint=None),
+    # Right numbers, future tiles skipped, but every visited tile goes through the masked stage: the measurement
+    # of which key tiles each program ran a whole-tile select on says so.
+    _W("06.causal_triton", "masks-every-tile", "skips the future tiles but runs every visited tile through the "
+       "masked stage (lo = 0)",
+       (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = 0"),),
+       expect=r"query tile 1 \(rows 64–127\) masked 4 key tiles, of which only 2 cross the diagonal: key tiles 0–1 "
+              r"\(keys 0–63\) are seen whole",
+       hint="split the key axis in two stages"),
     _W("06.causal_triton", "nan-on-empty-rows", "does not guard rows that see no key: 2^(-inf - (-inf)) is NaN",
        (('m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_sub = m_new"),), hint="rows that see no key"),
     # -- 07: backward ---------------------------------------------------------------------------
