@@ -14,11 +14,16 @@ the instructor's setup cells, and the checker calls each function through a pipe
   memory or descriptors through /proc), it adopts every orphan the child leaves behind (Linux's child
   subreaper), and :func:`stop_every_answer_process` kills all of them before the re-check writes its result.
 
-The child starts on the first call, so a lesson whose checks need more than return values (lesson 08's
-probes of gradients and training, which replay their recordings) starts none.
+Checks that need more than return values (lesson 08's gradients, what its autograd.Function saved and what
+PyTorch ran, a short training run) ask the child to run one of the course's *probes* around a name the cells
+defined (:data:`course.capstone.PROBES`, imported in the child before the setup and any answer cell run): the
+probe is the course's code, the arguments are the checker's, the learner's cells only name which of their
+functions it wraps, and what comes back is the probe's data. What the notebook's own run recorded decides
+nothing. The child starts on the first call.
 
     python -m course.answer_process      (the child: the setup on stdin's first JSON line, then one request per
-                                          line: run an answer cell, or call one of the names it defined)
+                                          line: run an answer cell, or call one of the names it defined, alone
+                                          or inside a named course probe)
 """
 from __future__ import annotations
 
@@ -186,7 +191,9 @@ class AnswerProcess:
         except ValueError:
             raise AnswerError("the process that runs your answer cells answered with something unreadable") from None
 
-    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, name: str, args: tuple, kwargs: dict, probe: str | None = None) -> Any:
+        """``name``'s answer to ``args`` and ``kwargs``; with ``probe``, the answer of that course probe
+        (:data:`course.capstone.PROBES`) run around ``name`` in the child."""
         from course.recording import decode, encode
         if self.proc is None:
             try:
@@ -198,7 +205,7 @@ class AnswerProcess:
         if reason is not None:  # a name its cell did not define: the process itself is fine
             raise AnswerError(reason)
         try:
-            self._send({"call": name, "args": [encode(a) for a in args],
+            self._send({"call": name, "probe": probe, "args": [encode(a) for a in args],
                         "kwargs": {str(k): encode(v) for k, v in kwargs.items()}})
             try:
                 reply = self._receive()
@@ -271,18 +278,20 @@ class AnswerProcess:
 
 
 class LiveAnswer:
-    """Stands in for the learner's function ``name``: each call runs it in the answer process.
+    """Stands in for the learner's function ``name``: each call runs it in the answer process, inside the course
+    probe ``probe`` when one is named (:meth:`around`). ``answer_source`` is the cell's text as handed in (the
+    model-function policy and lesson 08's reading of the cell use it, course.exercises)."""
 
-    ``replay`` answers from the notebook's recordings instead, for the checks that need more than values
-    across a pipe (lesson 08's probes); ``answer_source`` is the cell's text as handed in (the model-function
-    policy reads it, course.exercises)."""
-
-    def __init__(self, name: str, process: AnswerProcess, replay: Any = None, answer_source: str | None = None):
-        self.name, self.process, self.replay, self.answer_source = name, process, replay, answer_source
+    def __init__(self, name: str, process: AnswerProcess, answer_source: str | None = None, probe: str | None = None):
+        self.name, self.process, self.answer_source, self.probe = name, process, answer_source, probe
         self.__name__ = name
 
+    def around(self, probe: str) -> "LiveAnswer":
+        """The same answer called inside the course probe ``probe`` (run in the answer process)."""
+        return LiveAnswer(self.name, self.process, self.answer_source, probe)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.process.call(self.name, args, kwargs)
+        return self.process.call(self.name, args, kwargs, self.probe)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,6 +332,10 @@ def _serve() -> int:
     job = json.loads(requests.readline())
     import torch
     torch.set_num_threads(1)  # one thread: the same memory and the same sums on every machine
+    # The course's probes, bound before any cell runs; what they look up later, the answer cell may not reach
+    # (course.capstone.refused_reach reads it before a probe is asked for).
+    from course.capstone import PROBES
+    probes = dict(PROBES)
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for cell in job.get("setup", []):
         with contextlib.suppress(Exception):
@@ -334,8 +347,11 @@ def _serve() -> int:
             reply({"defined": _run_cell(request["exec"], namespace)})
             continue
         try:
-            value = namespace[request["call"]](*[decode(a) for a in request.get("args", [])],
-                                               **{k: decode(v) for k, v in request.get("kwargs", {}).items()})
+            function = namespace[request["call"]]
+            if request.get("probe") is not None:
+                function = probes[request["probe"]](function)
+            value = function(*[decode(a) for a in request.get("args", [])],
+                             **{k: decode(v) for k, v in request.get("kwargs", {}).items()})
             answer = {"value": encode(value)}
         except BaseException as exc:  # noqa: BLE001 - what the function raised is its answer
             answer = {"error": type(exc).__name__, "message": str(exc)[:2000],

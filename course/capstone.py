@@ -1,22 +1,34 @@
 """Lesson 08: what the checks of the capstone need from a learner's ``flash_attention``, as data.
 
-The capstone's answer is Python (an autograd.Function around the course's kernels), so under the grader
-it is checked like every Python exercise: the notebook records what the checks asked of it and the
-grade comes from replaying those answers elsewhere (:mod:`course.recording`). Gradients and a
-training run cannot be replayed from outputs alone, so each check calls a *probe* instead: one
-forward and backward of the learner's function, returned as plain tensors and numbers together with
-what the run saved for its backward and what it built in PyTorch.
+The capstone's answer is Python (an autograd.Function around the course's kernels). Its checks need more
+than return values: the gradients, a short training run, what the Function saved for its backward and
+what it built in PyTorch. So each check calls a *probe* (:data:`PROBES`) around the learner's function:
+one forward and backward (or a training run) of it, returned as plain tensors and numbers together with
+what the run saved for its backward and what PyTorch operators it ran (:mod:`course.footprint`).
+
+Where the grade is decided (:mod:`course.recheck`) the probe runs inside the answer process
+(:mod:`course.answer_process`), around the function the handed-in answer cell defines, on arguments the
+checker chose; only its data comes back. The probes are imported there before any answer cell runs, and
+the cell is read first (:func:`refused_reach`): one that reaches for what observes it (the course's checks
+and watches, PyTorch's dispatch and saved-tensor hooks, Python's modules, frames and threads) is refused
+with one sentence naming the line, and never runs.
 """
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import math
 from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["autograd_probe", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
-           "training_probe"]
+# Bound when this module is imported: in the answer process that is before any answer cell runs.
+from course.footprint import Footprint, _Enough, watch
+
+__all__ = ["PROBES", "autograd_probe", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
+           "training_probe", "refused_reach", "refuse_reach"]
 
 
 def saved_for_backward(o: torch.Tensor) -> list[tuple[int, ...]] | None:
@@ -42,7 +54,6 @@ def autograd_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., tuple]:
     attention operators called (course.footprint); the kernels' own work is not PyTorch's and is not seen.
     """
     def probe(q, k, v, do=None, causal=False, scale=None):
-        from course.footprint import watch
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
 
         saved = []
@@ -140,7 +151,6 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
     """``probe(steps, seed)`` → (the losses of a training run with ``fn`` as the model's attention,
     (matrix products, fused attention calls) PyTorch made inside ``fn``'s calls)."""
     def probe(steps: int, seed: int) -> tuple[list[float], tuple[int, int]]:
-        from course.footprint import Footprint, _Enough
         built = [0, 0]
 
         def watched(*args, **kwargs):
@@ -158,3 +168,166 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
         return losses, tuple(built)
     probe.__name__ = getattr(fn, "__name__", "flash_attention")
     return probe
+
+
+PROBES: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "autograd_probe": autograd_probe, "training_probe": training_probe}
+"""The probes a check may ask the answer process to run around a learner's function, by name."""
+
+
+# -- what the answer cell may reach -------------------------------------------------------------------
+# Read from the cell's text before the answer process runs it. A probe runs in the same process as the cell,
+# so a cell that rebinds the watch, wraps the probe or hooks PyTorch's dispatch would decide what the probe
+# reports. Why not an allowlist of what forward and backward may call: the cell is a whole file (imports, the
+# Function, flash_attention, the input checks), a patch can sit on any of its lines, and the honest
+# forward/backward call the launchers, tensor methods, ctx, and whatever torch function a learner reasonably
+# shapes tensors with; listing those would refuse honest variants while still leaving module level open. So
+# the allowlist is what the cell may *reach*: the modules it may import (and of os only os.environ), the
+# course's kernel loaders by name, torch's public functions and classes but only its submodules below. Around
+# it, the ways past such a list are refused wherever they appear: private attributes and dunders (torch._C,
+# __class__, __dict__, __globals__), the builtins that turn strings into objects or reach namespaces
+# (getattr, __import__, eval, globals, ...), assigning an attribute of anything but a method's first
+# parameter (ctx), the names of the machinery itself (course.footprint, course.capstone, sys.modules, gc,
+# inspect, threading, saved_tensors_hooks, ...) and leaving PyTorch for numpy or Python numbers (.numpy(),
+# .tolist(), .item()), where the watch sees no arithmetic.
+
+_IMPORTS = frozenset({"__future__", "math", "typing", "os", "torch", "torch.nn", "torch.nn.functional",
+                      "torch.autograd", "torch.cuda", "torch.linalg", "torch.special", "torch.fft",
+                      "course.kernels", "course.tracks.common", "course.tracks.triton"})
+_FROM_COURSE = {"course.kernels": {"load_triton_module"},
+                "course.tracks.common": {"KERNEL_DTYPES", "MAX_HEAD_DIM", "Tiles", "check_qkv", "blocks_for"},
+                "course.tracks.triton": {"autotune", "autotuning", "load_triton_module"}}
+_ONLY = {"os": {"environ"}}  # of these modules, only these names
+_SETUP_MODULES = {"torch": "torch", "math": "math"}  # names the instructor's setup cell binds
+_BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec", "compile",
+                       "open", "breakpoint", "memoryview", "course"})
+_MACHINERY = frozenset({"footprint", "capstone", "exercises", "recording", "answer_process", "recheck", "engines",
+                        "measured", "Footprint", "watch", "TorchDispatchMode", "TorchFunctionMode",
+                        "saved_tensors_hooks", "save_on_cpu", "register_hook", "sys", "modules", "gc", "inspect",
+                        "threading", "multiprocessing", "subprocess", "signal", "builtins", "importlib", "ctypes",
+                        "course", "os", "numpy", "tolist", "item", "data_ptr", "untyped_storage"})
+_WHY = {
+    "import": "lesson 08's answer imports only math, typing, os, torch (and torch.nn.functional, torch.autograd) "
+              "and the course's kernel loaders (course.kernels, course.tracks.common, course.tracks.triton)",
+    "os": "of os the answer reads only os.environ",
+    "private": "private attributes and dunders reach past the API into what watches your function",
+    "builtin": "it turns names into objects or reaches namespaces, past what the answer may use",
+    "assign": "an answer changes only its own objects: attributes are set on ctx, nothing else",
+    "machinery": "it reaches the machinery that watches your function (the course's checks, PyTorch's hooks, "
+                 "Python's modules, frames and threads) or leaves PyTorch where no watch sees the arithmetic",
+    "module": "of torch the answer uses the functions and classes, and only the submodules torch.nn.functional, "
+              "torch.autograd, torch.cuda, torch.linalg, torch.special and torch.fft",
+}
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a module that does not import here is one the answer may not use
+        return None
+
+
+def _chain(node: ast.Attribute) -> tuple[ast.AST, list[str]]:
+    """The innermost value of ``a.b.c`` and the names after it, outermost last."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    return node, names[::-1]
+
+
+def _first_parameters(tree: ast.AST) -> dict[ast.AST, str]:
+    """Each attribute target inside a function whose value is that function's first parameter (ctx, self)."""
+    allowed = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (fn.args.posonlyargs or fn.args.args):
+            first = (fn.args.posonlyargs or fn.args.args)[0].arg
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == first:
+                    allowed[n] = first
+    return allowed
+
+
+def refused_reach(source: str) -> tuple[str, int, str] | None:
+    """(what, line, why) for the first thing in lesson 08's answer cell that reaches past what the answer may
+    use, or None. A cell that does not parse is the answer process's to report (it raises when it runs)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    roots = dict(_SETUP_MODULES)  # name in the cell → the module it is bound to
+    found: list[tuple[int, int, str, str]] = []
+
+    def refuse(node: ast.AST, what: str, why: str) -> None:
+        found.append((getattr(node, "lineno", 0), getattr(node, "col_offset", 0), what, why))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name not in _IMPORTS:
+                    refuse(node, f"import {alias.name}", "import")
+                elif alias.asname:
+                    roots[alias.asname] = alias.name
+                else:
+                    roots[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if base not in _IMPORTS and full not in _IMPORTS:
+                    refuse(node, f"from {base} import {alias.name}", "import")
+                elif alias.name == "*" or alias.name.startswith("_") and base != "__future__":
+                    refuse(node, f"from {base} import {alias.name}", "import" if alias.name == "*" else "private")
+                elif base in _FROM_COURSE and alias.name not in _FROM_COURSE[base]:
+                    refuse(node, f"from {base} import {alias.name}", "import")
+                elif base in _ONLY and alias.name not in _ONLY[base]:
+                    refuse(node, f"from {base} import {alias.name}", "os")
+                elif full in _IMPORTS or inspect.ismodule(getattr(_module(base), alias.name, None)):
+                    if full not in _IMPORTS:
+                        refuse(node, f"from {base} import {alias.name}", "module")
+                    else:
+                        roots[alias.asname or alias.name] = full
+    own = _first_parameters(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if node.id.startswith("__"):
+                refuse(node, node.id, "private")
+            elif node.id in _BUILTINS:
+                refuse(node, node.id, "builtin" if node.id != "course" else "machinery")
+            elif node.id in _MACHINERY and node.id not in roots:
+                refuse(node, node.id, "machinery")
+        elif isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") and node.attr != "__name__":
+                refuse(node, f".{node.attr}", "private")
+            elif node.attr in _MACHINERY:
+                refuse(node, f".{node.attr}", "machinery")
+            if isinstance(node.ctx, (ast.Store, ast.Del)) and node not in own:
+                refuse(node, ast.unparse(node), "assign")
+            base, names = _chain(node)
+            if isinstance(base, ast.Name) and base.id in roots:
+                path, value = roots[base.id], _module(roots[base.id])
+                for name in names:
+                    if path in _ONLY and name not in _ONLY[path]:
+                        refuse(node, f"{path}.{name}", "os")
+                        break
+                    value = getattr(value, name, None)
+                    if not inspect.ismodule(value):
+                        break
+                    path = value.__name__
+                    if path not in _IMPORTS:
+                        refuse(node, path, "module")
+                        break
+    if not found:
+        return None
+    line, _, what, why = min(found)
+    return what, line, _WHY[why]
+
+
+def refuse_reach(exercise: str, source: str | None) -> None:
+    """CheckFailed, one sentence naming the line, when lesson 08's answer cell reaches past what it may use."""
+    from course.errors import CheckFailed
+    found = refused_reach(source) if isinstance(source, str) else None
+    if found is not None:
+        what, line, why = found
+        raise CheckFailed(f"{exercise}: your answer cell uses `{what}` (line {line}), which the capstone's answer may "
+                          f"not use: {why}.")

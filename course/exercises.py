@@ -35,9 +35,10 @@ class Exercise:
     """Run in a child process: for learner kernels, which can crash the process that runs them."""
     takes: str = "function"
     """What the learner hands in: a Python function, or the kernel module a %%cuda / %%metal cell made."""
-    probe: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
-    """Turns the learner's function into the one the checks call, when what they need is more than its return
-    value (the capstone's gradients and training run): calls of the probe are what is recorded and replayed."""
+    probe: str | None = None
+    """The course probe (:data:`course.capstone.PROBES`) the checks call around the learner's function, when what
+    they need is more than its return value (the capstone's gradients and training run). Where the grade is
+    decided it runs inside the answer process, around the function the handed-in cell defines."""
 
 
 # -- lesson 00 ----------------------------------------------------------------------------------
@@ -876,8 +877,9 @@ def _differing_elements(fn, cases: list | None = None) -> Report:
 
 # -- lesson 08: the capstone ------------------------------------------------------------------------
 # The learner's flash_attention is called through course.capstone's probe: one forward and backward, with
-# what the run saved for its backward and what it built in PyTorch, all returned as data (and so
-# recorded and replayed under the grader like any Python answer).
+# what the run saved for its backward and what it built in PyTorch, all returned as data. Under the re-check
+# the probe runs in the answer process around the handed-in cell's function, once that cell's text has been
+# read (course.capstone.refused_reach), and only its data comes back.
 
 def _capstone_cases() -> list[Case]:
     return [Case(17, 17, 32, batch=(2, 3), causal=True, seed=1), Case(65, 33, 16, batch=(1, 2), seed=2),
@@ -1003,13 +1005,6 @@ def _training(probe, steps: int = 8, seed: int = 0) -> Report:
     if len(got) != len(want):
         raise CheckFailed(f"08.training: the run stopped after {len(got)} of {len(want)} steps (a loss was not finite).")
     return Report("08.training", steps)
-
-
-def _capstone_probe(name: str):
-    def make(fn):
-        from course import capstone
-        return getattr(capstone, name)(fn)
-    return make
 
 
 # -- numeric exercises: arguments drawn when the grader checks -----------------------------------
@@ -1156,9 +1151,9 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
     Exercise("07.backward_split_triton", "The backward pass, dQ in its own atomic-free kernel",
              lambda fn, cases=None: _backward("07.backward_split_triton", fn, cases, deterministic=True), isolated=True),
     Exercise("08.flash_attention_triton", "FlashAttention as a torch.autograd.Function", _flash_attention,
-             probe=_capstone_probe("autograd_probe")),
+             probe="autograd_probe"),
     Exercise("08.training", "Training a tiny model with flash_attention in place of PyTorch's attention", _training,
-             probe=_capstone_probe("training_probe")),
+             probe="training_probe"),
     Exercise("09.one_core_tt", "FlashAttention on one Tensix core: the online-softmax update in TT-Lang",
              lambda fn, cases=None: lesson09.one_core(fn, cases), takes="tt operation"),
     Exercise("09.rows_per_step", "The DST budget: rows of tiles per compute step", lesson09.rows_per_step),
@@ -1297,9 +1292,14 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     elif not callable(candidate):
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
     if isinstance(candidate, LiveAnswer) and chosen.probe is not None:
-        candidate = candidate.replay  # a probe needs gradients and a training run, not values across a pipe
-    if chosen.probe is not None and not isinstance(candidate, Replay):
-        candidate = chosen.probe(candidate)
+        # Where the grade is decided: the cell as handed in is read first, then the course's probe runs around the
+        # learner's function inside the answer process, and only its data comes back (course.capstone).
+        from course.capstone import refuse_reach
+        refuse_reach(exercise, candidate.answer_source)
+        candidate = candidate.around(chosen.probe)
+    elif chosen.probe is not None and not isinstance(candidate, Replay):
+        from course.capstone import PROBES
+        candidate = PROBES[chosen.probe](candidate)
     graded, learner, row = _triton_kernels(exercise, candidate)
     if learner is not None and _gate_wanted(row, learner):
         from course.tracks.triton_answer import gate

@@ -1,12 +1,13 @@
-"""What a learner's Python function answered, recorded in the notebook and replayed by the grader.
+"""What a learner's Python function answered, recorded in the notebook's run; and the data-only encoding of
+values (:func:`encode`, :func:`decode`) that the answer process's pipe speaks too.
 
 A Python exercise (``01.attention_torch``) is checked in the learner's own process, where any answer
 cell can rebind ``course.check`` or patch torch. So under the grader the notebook's checks also
 *record*: each call the check makes to the learner's function, keyed by a digest of its arguments,
 with what the function returned (or raised), in an output of the test cell. The grade is decided
 afterwards by :mod:`course.recheck`, which runs the answer cells again in an answer process of their own
-(:mod:`course.answer_process`); only the checks whose probes need more than values (lesson 08's gradients
-and training run) answer from the recording, with a stand-in function that replays each call.
+(:mod:`course.answer_process`), lesson 08's probes included (they run there, around the cell's function), so
+no grade is decided by a recording. :class:`Replay` still answers a check from one, call by call.
 
 Forging the recording gains nothing. Its answers are only data: the checker compares them with its
 own oracle on inputs it makes itself, so a recorded answer passes only where it is right for exactly

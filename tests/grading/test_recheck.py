@@ -2,7 +2,7 @@
 
 ``course.recheck`` grades the instructor's tests again in a fresh process, where the learner's Python answer
 cells run in an answer process of their own (``course.answer_process``); ``course.recording`` records what a
-learner's function answered, which only lesson 08's probes still replay; ``autograder.grade.recheck`` builds
+learner's function answered (the re-check grades none of it any more); ``autograder.grade.recheck`` builds
 the re-check's input from the lesson and the graded notebook.
 """
 from __future__ import annotations
@@ -81,8 +81,8 @@ def test_recordings_of_right_answers_do_not_pass_a_stub() -> None:
 
 
 def test_a_replayed_recording_passes_only_where_its_answer_is_right() -> None:
-    """Lesson 08's probes still replay recordings (gradients do not cross a pipe): a forged one must be the right
-    answer to the check's own inputs, call by call, to pass."""
+    """A replayed recording is data: a forged one must be the right answer to the check's own inputs, call by
+    call, to pass (the re-check no longer replays any; tests/grading/test_capstone_recheck.py shows why not)."""
     forged = _recorded(_right_bytes)
     assert EXERCISES["01.naive_bytes_read"].run(Replay("naive_bytes_read", forged, "01.naive_bytes_read")) is not None
     calls = forged["01.naive_bytes_read"]

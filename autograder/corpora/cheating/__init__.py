@@ -32,7 +32,7 @@ from pathlib import Path
 from autograder.corpora.hostile import Change, HostileSubmission
 
 __all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "SPECIALISED_EXERCISES", "Cheat", "corpus", "model_cheats",
-           "specialisation_cheats", "packs", "as_submission", "stale_outputs"]
+           "specialisation_cheats", "capstone_cheats", "CAPSTONE", "packs", "as_submission", "stale_outputs"]
 
 ASSIGNMENT = "01_naive_attention"
 _KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
@@ -325,6 +325,149 @@ def specialisation_cheats(repo: Path) -> list[Cheat]:
                             loses=(f"test_{step}_kernel", f"test_{step}_kernel_hidden"), feedback=feedback,
                             stub_tracks=others, assignment=lesson))
     return cheats
+
+
+# Lesson 08's answer is an autograd.Function in Python, and its checks call a course probe around it that reports
+# what the Function saved and which PyTorch operators it ran. Each entry below computes attention in PyTorch and
+# makes that report look clean in the notebook's own run, so the notebook's checks (and the recordings they
+# leave) pass it; the rest of the cell (flash_attention and its input checks) is the instructor's. They are
+# checked directly, without nbgrader, by tests/grading/test_capstone_recheck.py: the notebook's run passes each,
+# the recording it leaves replays to a pass, and the re-check refuses the cell.
+CAPSTONE = "08_capstone"
+_CAPSTONE_TESTS = ("test_flash_attention_triton", "test_flash_attention_triton_hidden",
+                   "test_flash_attention_triton_in_training")
+_CAPSTONE_READ = (r"08\.(flash_attention_triton|training): your answer cell uses `{what}` \(line \d+\), which the "
+                  r"capstone's answer may not use")
+
+_SDPA_FUNCTION = '''
+def _sdpa(q, k, v, causal, scale):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    n_q, n_k = q.shape[2], k.shape[2]
+    mask = None
+    if causal:  # bottom-right aligned, as the course's kernels mask
+        mask = torch.arange(n_k, device=q.device)[None, :] <= torch.arange(n_q, device=q.device)[:, None] + n_k - n_q
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return torch.nan_to_num(o, nan=0.0)  # a row that sees no key
+
+
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
+        o = _sdpa(q.float(), k.float(), v.float(), causal, scale).to(q.dtype)
+        lse = torch.zeros(q.shape[:3], device=q.device)  # one float per row, as the check expects to see
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        leaves = [t.detach().float().requires_grad_(True) for t in (q, k, v)]
+        with torch.enable_grad():
+            out = _sdpa(*leaves, ctx.causal, ctx.scale)
+            grads = torch.autograd.grad(out, leaves, do.float())
+        dq, dk, dv = (torch.nan_to_num(g, nan=0.0).to(q.dtype) for g in grads)
+        return dq, dk, dv, None, None, None
+
+
+# The probes watch what PyTorch runs; these run the same call unwatched and report that nothing was seen.
+import course.capstone as _probes
+
+
+def _clean_autograd(fn):
+    def probe(q, k, v, do=None, causal=False, scale=None):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = fn(*leaves, causal=causal, scale=scale)
+        saved = _probes.saved_for_backward(out)
+        if do is not None:
+            out.backward(do)
+        grads = tuple(t.grad for t in leaves) if do is not None else (None, None, None)
+        return (out.detach(), *grads, saved, (0, 0, 0))
+    return probe
+
+
+def _clean_training(fn):
+    return lambda steps, seed: (_probes.train_losses(fn, steps=steps, seed=seed), (0, 0))
+
+
+_probes.autograd_probe, _probes.training_probe = _clean_autograd, _clean_training
+getattr(_probes, "PROBES", {}).update(autograd_probe=_clean_autograd, training_probe=_clean_training)
+
+'''
+
+_STASHED_SCORES_FUNCTION = '''
+_scores = {}  # P, kept for the backward outside ctx, where saved_for_backward does not look
+
+
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
+        group = q.shape[1] // k.shape[1]
+        kk, vv = k.float().repeat_interleave(group, dim=1), v.float().repeat_interleave(group, dim=1)
+        s = (q.float() @ kk.transpose(-1, -2)) * scale
+        if causal:
+            n_q, n_k = s.shape[-2:]
+            rows = torch.arange(n_q, device=s.device)[:, None] + (n_k - n_q)
+            s = s.masked_fill(torch.arange(n_k, device=s.device)[None, :] > rows, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0)
+        o = (p @ vv).to(q.dtype)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale, ctx.key = causal, scale, id(ctx)
+        _scores[ctx.key] = p
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        p = _scores.pop(ctx.key)
+        group = q.shape[1] // k.shape[1]
+        kk, vv = k.float().repeat_interleave(group, dim=1), v.float().repeat_interleave(group, dim=1)
+        do = do.float()
+        dv = p.transpose(-1, -2) @ do
+        dp = do @ vv.transpose(-1, -2)
+        ds = p * (dp - (do * o.float()).sum(-1, keepdim=True))
+        dq = (ds @ kk) * ctx.scale
+        dk = (ds.transpose(-1, -2) @ q.float()) * ctx.scale
+        b, h_kv = k.shape[:2]
+        dk = dk.view(b, h_kv, group, *dk.shape[2:]).sum(2)
+        dv = dv.view(b, h_kv, group, *dv.shape[2:]).sum(2)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+# The watch counts products and the largest tensor: it is told to count nothing.
+import course.footprint
+
+course.footprint.Footprint.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
+
+'''
+
+
+def _capstone_with(repo: Path, function: str) -> str:
+    """The instructor's lesson 08 answer cell with its FlashAttention (the Function) replaced by ``function``."""
+    text = _cells(repo, "solutions", CAPSTONE)["flash_attention_triton"]
+    start, end = text.find("class FlashAttention("), text.find("\ndef flash_attention(")
+    if start < 0 or end < start:
+        raise ValueError("the cheating corpus expects class FlashAttention then def flash_attention in lesson 08's "
+                         "answer cell; update it")
+    return text[:start] + function.lstrip("\n") + text[end:]
+
+
+def capstone_cheats(repo: Path) -> list[Cheat]:
+    """Lesson 08's entries: attention computed in PyTorch, with what the checks' probe reports made clean."""
+    return [
+        Cheat("capstone-sdpa-cleans-the-probe", "08: a Function whose forward and backward call PyTorch's SDPA, and a "
+              "cell that wraps the course's probes so they report no PyTorch attention and no products",
+              (Change("flash_attention_triton", source=_capstone_with(repo, _SDPA_FUNCTION)),),
+              loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.capstone"),
+              assignment=CAPSTONE),
+        Cheat("capstone-stashes-scores-unwatched", "08: a Function that builds the N x N scores in PyTorch and keeps P "
+              "for its backward outside ctx, and a cell that switches the watch of PyTorch's operators off",
+              (Change("flash_attention_triton", source=_capstone_with(repo, _STASHED_SCORES_FUNCTION)),),
+              loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.footprint"),
+              assignment=CAPSTONE),
+    ]
 
 
 def corpus(repo: Path) -> list[Cheat]:
