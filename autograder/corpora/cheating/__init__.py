@@ -282,6 +282,95 @@ def model_cheats() -> list[Cheat]:
     return cheats
 
 
+# records-oracle-for-stub in the later lessons: the answer cell hands in the lesson's stub and rebinds course.check so
+# that the notebook grades (and records) the course's own model of the exercise in the stub's place, with the model
+# policy switched off, so the notebook's run passes it. The re-check runs the stub. One per lesson with a Python
+# answer graded by its return value (lesson 08's entries are capstone_cheats); each is checked directly, without
+# nbgrader, by tests/grading/test_oracle_rebind.py.
+ORACLE_REBINDS: dict[str, tuple[str, str, str]] = {  # lesson -> (answer cell, exercise, the oracle's source)
+    "03_tiling": ("tiled_bytes", "03.tiled_bytes", MODEL_ANSWERS["03.tiled_bytes"][2]),
+    "04_double_buffering": ("warp_sectors", "04.warp_sectors", MODEL_ANSWERS["04.warp_sectors"][2]),
+    "05_matrix_units": ("fragment_lane", "05.fragment_lane", MODEL_ANSWERS["05.fragment_lane"][2]),
+    "06_causal_masking": ("tile_counts", "06.tile_counts", MODEL_ANSWERS["06.tile_counts"][2]),
+    "07_backward_pass": ("backward_flops", "07.backward_flops", MODEL_ANSWERS["07.backward_flops"][2]),
+    "09_dataflow": ("rows_per_step", "09.rows_per_step", """\
+def rows_per_step(operands, block_cols, dtype_bits, full_sync):
+    return course.dst.capacity(dtype_bits, full_sync) // (operands * block_cols)
+"""),
+}
+
+
+def oracle_rebind_cheats(repo: Path) -> list[Cheat]:
+    """The entries of :data:`ORACLE_REBINDS`: each loses its exercise's test cell, and the re-check says the stub
+    is not implemented yet."""
+    cheats = []
+    for lesson, (cell, exercise, oracle) in ORACLE_REBINDS.items():
+        stub = _cells(repo, "notebooks", lesson)[cell]
+        trick = f'''
+
+import course
+import course.exercises
+
+_oracle = {{"course": course, "torch": torch}}
+exec({oracle!r}, _oracle)
+_real_check = course.check
+
+
+def _graded_instead(exercise, fn, **options):
+    if exercise == {exercise!r}:
+        fn = _oracle[{cell!r}]
+    return _real_check(exercise, fn, **options)
+
+
+course.check = _graded_instead
+course.exercises.MODEL_POLICY.clear()  # the oracle is the course's own model, which the policy would refuse
+'''
+        cheats.append(Cheat(f"records-oracle-for-stub-{lesson[:2]}", f"{exercise}: hands in the stub and makes "
+                            "course.check grade the course's own model in its place, so the notebook records the "
+                            "model's answers", (Change(cell, source=stub + trick),), loses=(f"test_{cell}",),
+                            feedback=_CAUGHT + rf"[\s\S]*{re.escape(exercise)}: not implemented yet",
+                            assignment=lesson))
+    return cheats
+
+
+def _offset_from_malloc(name: str) -> int | None:
+    """How far this machine's C library puts ``name`` from its ``malloc`` (None where it cannot be read)."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None)
+        return ctypes.cast(getattr(libc, name), ctypes.c_void_p).value - ctypes.cast(libc.malloc, ctypes.c_void_p).value
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def native_escape_cheats(repo: Path) -> list[Cheat]:
+    """Lesson 03's CUDA C kernel reaching ``fopen`` by its offset from ``malloc`` (a function device code may call),
+    which no name check sees: the CPU runtime's system-call filter stops it (tests/simt/test_seccomp_boundary.py
+    makes every such call), and the check says so. Checked directly by tests/grading/test_oracle_rebind.py."""
+    offset = _offset_from_malloc("fopen")
+    if offset is None:
+        return []
+    reach = (f"    if (threadIdx.x == 0 && blockIdx.x == 0) {{  // fopen, found from malloc's address\n"
+             f"        typedef void* (*opener)(const char*, const char*);\n"
+             f"        ((opener)((char*)&malloc + ({offset}LL)))(\"answers.bin\", \"rb\");\n"
+             f"    }}\n")
+    source = _solution_edit_in("03_tiling", repo, "tiled_kernel_cuda", "    // BEGIN SOLUTION\n",
+                               reach + "    // BEGIN SOLUTION\n")
+    return [Cheat("cuda-kernel-reaches-libc-by-offset", "calls fopen from its CUDA kernel through malloc's address "
+                  "plus an offset (no name to refuse)", (Change("tiled_kernel_cuda", source=source),),
+                  loses=("test_tiled_kernel", "test_tiled_kernel_hidden"),
+                  feedback=r"03\.tiled_cuda: [\s\S]*that device code cannot make: a GPU kernel cannot start processes, "
+                           r"open files or use the network",
+                  stub_tracks=("tiled_kernel_triton", "tiled_kernel_metal"), assignment="03_tiling")]
+
+
+def _solution_edit_in(lesson: str, repo: Path, cell: str, old: str, new: str) -> str:
+    text = _cells(repo, "solutions", lesson)[cell]
+    if old not in text:
+        raise ValueError(f"the cheating corpus expects {old!r} in the {cell} solution of {lesson}; update it")
+    return text.replace(old, new, 1)
+
+
 # Python in a Triton kernel (a list comprehension: names a kernel may use, syntax only the interpreter runs) behind a
 # branch that Triton decides while compiling (a constexpr, a tensor's dtype), or behind one that tells the interpreter
 # from the compiler: the compile gate's own launch never takes it, a check's case does. Each is
