@@ -16,8 +16,15 @@ sentence that says what was measured and where the technique went missing:
   the warp-level matrix operations (``wmma::mma_sync``, ``simdgroup_multiply_accumulate``) the CPU runtime
   counts in counters mode, by shape and operand types, against what the two products of the tiles visited
   need;
+- **masking only the diagonal tiles** (lesson 06): per program, the key tiles that went through the
+  element-wise mask, against those the diagonal crosses. Triton: the selects (``tl.where``) of a whole score
+  tile the interpreter ran after each key tile's load; CUDA C: a copy of the kernel whose mask offset is moved
+  away after the given ``diagonal`` flag, run on inputs whose output says which key tiles each row kept;
 - **ping-pong buffers and float4 loads** (lesson 04, CUDA C and Metal): the barriers each block reaches (one
   per key tile, not the two a single buffer needs) and the width of every load of K and V (16 bytes);
+- **the software pipeline** (lesson 04, Triton): the kernel compiled for sm_90 as the compile gate compiles it,
+  its TTGIR read: every tile load of the loop that holds the products is an asynchronous copy issued ahead of
+  its use, and K and V are copied by the TMA unit (loaded through tensor descriptors);
 - **no atomics in the split backward** (lesson 07): the atomic updates of every launch;
 - **the course's own models** (numeric exercises): which functions of ``course.roofline``, ``course.causal``,
   ``course.memory_model``, ``course.fragments``, ... the learner's function called, where the lesson asks for the
@@ -831,6 +838,83 @@ def double_buffer_simt(exercise: str, module) -> None:
                 f"float4s.")
 
 
+# ---------------------------------------------------------------------------------------------
+# Lesson 06 (CUDA C): the element-wise mask only on the tiles the diagonal crosses
+# ---------------------------------------------------------------------------------------------
+# The kernel's given code classifies each key tile, ``diagonal`` (the mask's edge crosses it) or not; the learner's
+# softmax applies the mask, ``j <= i + offset``, and should do so only where ``diagonal`` holds. Masking every
+# tile gives the same numbers, so the measurement runs a copy of the kernel in which, right after the given
+# ``diagonal`` flag, ``offset`` is shadowed by one a million keys lower: every tile that goes through the mask
+# then hides all its keys, while a tile computed without it keeps them. With Q = K = 0 every score is 0, and with
+# V[j] the one-hot vector of j's key tile, row i of O holds, per key tile, the share of i's weight that tile
+# kept: a zero where the row sees the tile's keys is a tile that went through the mask.
+
+_DIAGONAL_FLAG = "const bool diagonal = causal && j0 + block_n - 1 > row0 + offset;"
+_SHADOW = " const int offset = n_k - n_q - (1 << 20);  // the measurement's shadow: a masked tile hides every key"
+MASK_PROBES_SIMT = {"06.causal_cuda": _PipelineProbe(32, 16, Case(64, 64, 16, causal=True, dtype=torch.float16,
+                                                                    seed=68))}
+
+
+def masked_tiles_simt(exercise: str, module) -> dict[int, set[int]] | None:
+    """Per block of the probe, the key tiles whose keys its rows see but that went through the mask, or None when
+    the kernel cannot be measured this way (no given ``diagonal`` flag, a copy that does not compile or run, or a
+    mask that does not read ``offset``: then no tile hides its keys)."""
+    from course.simt import RawModule
+    probe = MASK_PROBES_SIMT[exercise]
+    case, bm, bn = probe.case, probe.block_m, probe.block_n
+    if module.code.count(_DIAGONAL_FLAG) != 1:
+        return None
+    try:
+        shadowed = RawModule(code=module.code.replace(_DIAGONAL_FLAG, _DIAGONAL_FLAG + _SHADOW),
+                             language=module.language, name=module.display_path, first_line=module.first_line)
+        q, k, v = (torch.zeros_like(t) for t in case.tensors())
+        for j in range(case.n_k):
+            v[..., j, j // bn] = 1
+        o = _simt_forward(exercise, shadowed, bm, bn)(q, k, v, causal=True)[0].float()
+    except Exception:  # noqa: BLE001 - the value check reports a kernel that fails; this copy only measures
+        return None
+    rows = o.reshape(-1, case.n_q, case.d)[0]
+    hidden: dict[int, set[int]] = {}
+    for block in range(-(-case.n_q // bm)):
+        hidden[block] = set()
+        for t in range(-(-case.n_k // bn)):
+            if causal.tile_kind(case.n_q, case.n_k, bm, bn, block, t) == "skipped":
+                continue
+            seeing = [r for r in range(block * bm, min(case.n_q, (block + 1) * bm)) if t * bn <= r + case.n_k - case.n_q]
+            if any(rows[r, t] == 0 for r in seeing):
+                hidden[block].add(t)
+    diagonal = {(b, t) for b in hidden for t in hidden[b]
+                if causal.tile_kind(case.n_q, case.n_k, bm, bn, b, t) == "diagonal"}
+    return hidden if diagonal else None
+
+
+def diagonal_masks_simt(exercise: str, module) -> None:
+    """Lesson 06 (CUDA C): no key tile that every row of its block sees whole goes through the element-wise mask."""
+    hidden = masked_tiles_simt(exercise, module)
+    if hidden is None:
+        return
+    probe = MASK_PROBES_SIMT[exercise]
+    case, bm, bn = probe.case, probe.block_m, probe.block_n
+    for block in sorted(hidden):
+        kinds = {t: causal.tile_kind(case.n_q, case.n_k, bm, bn, block, t) for t in hidden[block]}
+        extra = {t for t, kind in kinds.items() if kind == "full"}
+        if not extra:
+            continue
+        crossing = len(hidden[block]) - len(extra)
+        r0, r1 = block * bm, min(case.n_q, (block + 1) * bm) - 1
+        raise CheckFailed(
+            f"{exercise}: on Nq={case.n_q}, Nk={case.n_k}, D={case.d} (causal, float16; Q = K = 0 and V marking each "
+            f"key's tile), with {bm} × {bn} tiles, the block for query rows {r0}–{r1} masked "
+            f"{len(hidden[block])} key tiles, of which only {crossing} {'crosses' if crossing == 1 else 'cross'} the "
+            f"diagonal: {_tiles('key', extra, bn, case.n_k)} {'is' if len(extra) == 1 else 'are'} seen whole by every "
+            f"one of its rows (query i sees keys j <= {_offset_text(case.n_q, case.n_k)}), yet went through the "
+            f"element-wise mask. The numbers are right, but every row pays for the mask on tiles that need none "
+            f"(measured by running your softmax with the mask's offset moved a million keys back after the given "
+            f"`diagonal` flag: a masked tile then keeps no key).\n"
+            f"  hint: apply `j <= i + offset` only when `diagonal` is true: on the other tiles every column c < keys "
+            f"is visible.")
+
+
 def simt_step_techniques(exercise: str, module) -> None:
     """The measurements of a CUDA C / Metal forward step made once its values passed: matrix units (lesson 05),
     ping-pong buffers and float4 loads (lesson 04). (Lesson 06's tile skipping is measured before the values,
@@ -839,6 +923,8 @@ def simt_step_techniques(exercise: str, module) -> None:
         matrix_units_simt(exercise, module)
     if exercise in PIPELINE_PROBES:
         double_buffer_simt(exercise, module)
+    if exercise in MASK_PROBES_SIMT:
+        diagonal_masks_simt(exercise, module)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Lesson 04's Triton pipeline, read off the compiled kernel, and lesson 06's "mask only the diagonal tiles",
-measured on the interpreter (course.measured).
+measured on the interpreter (Triton) and on the CPU runtime (CUDA C) (course.measured).
 
 The course's kernels pass; a kernel whose loop the compiler cannot pipeline, and one that runs every visited key
-tile through the masked stage, fail with the sentence the learner reads. The wrong-answer corpora
-(autograder/corpora/wrong/triton.py: single-stage, pointer-tile-loads, masks-every-tile) hold more of them.
+tile through the mask, have right numbers and fail with the sentence the learner reads. The wrong-answer corpora
+(autograder/corpora/wrong/triton.py: single-stage, pointer-tile-loads, masks-every-tile; cuda.py:
+masks-every-tile) hold more of them.
 """
 from __future__ import annotations
 
@@ -85,3 +86,46 @@ def test_a_kernel_that_masks_every_visited_tile_is_told_which_tiles_needed_no_ma
         "selects per tile, between the two matrix products, on tiles that need none.\n"
         "  hint: split the key axis in two stages: [0, lo) unmasked (MASKED=False), [lo, hi) masked, with lo the "
         "first key the block's first row cannot see (start_m + Nk − Nq + 1), rounded down to a multiple of BLOCK_N.")
+
+
+def test_the_lazy_triton_kernels_have_right_numbers_and_fail_only_their_measurement(tmp_path, monkeypatch):
+    """With the measurements switched off, the exercises' own checks pass both lazy kernels: only the measurement
+    can tell them from the honest ones."""
+    import course
+    (tmp_path / "04").mkdir()
+    single_stage = _triton("04.double_buffer_triton", tmp_path / "04",
+                           (("for start_n in tl.range(0, N_CTX_K, BLOCK_N):",
+                             "for start_n in tl.range(0, N_CTX_K, BLOCK_N, num_stages=1):"),))
+    masks_every_tile = _triton("06.causal_triton", tmp_path, _MASK_EVERY_TILE)
+    with pytest.raises(CheckFailed, match="not software-pipelined"):
+        course.check("04.double_buffer_triton", single_stage)
+    with pytest.raises(CheckFailed, match="of which only 2 cross the diagonal"):
+        course.check("06.causal_triton", masks_every_tile)
+    monkeypatch.setattr(measured, "pipelining_triton", lambda exercise, fn: None)
+    monkeypatch.setattr(measured, "_mask_problem", lambda exercise, case, launch: None)
+    course.check("04.double_buffer_triton", single_stage)
+    course.check("06.causal_triton", masks_every_tile)
+
+
+def test_a_cuda_kernel_that_masks_every_visited_tile_has_right_numbers_and_fails_its_measurement():
+    from dataclasses import replace
+
+    from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
+    from course.simt import RawModule
+    measured.diagonal_masks_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu")))
+    assert measured.masked_tiles_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu"))) == {
+        0: {0, 1}, 1: {2, 3}}
+    wrong = next(w for w in WRONG_CUDA_KERNELS if w.id == "06.causal_cuda:masks-every-tile")
+    replace(wrong, measured=False).grade()  # right numbers, no race, nothing out of bounds
+    assert measured.masked_tiles_simt("06.causal_cuda", wrong.module()) == {0: {0, 1}, 1: {0, 1, 2, 3}}
+    with pytest.raises(CheckFailed) as info:
+        measured.diagonal_masks_simt("06.causal_cuda", wrong.module())
+    assert str(info.value) == (
+        "06.causal_cuda: on Nq=64, Nk=64, D=16 (causal, float16; Q = K = 0 and V marking each key's tile), with "
+        "32 × 16 tiles, the block for query rows 32–63 masked 4 key tiles, of which only 2 cross the diagonal: key "
+        "tiles 0–1 (keys 0–31) are seen whole by every one of its rows (query i sees keys j <= i), yet went through "
+        "the element-wise mask. The numbers are right, but every row pays for the mask on tiles that need none "
+        "(measured by running your softmax with the mask's offset moved a million keys back after the given "
+        "`diagonal` flag: a masked tile then keeps no key).\n"
+        "  hint: apply `j <= i + offset` only when `diagonal` is true: on the other tiles every column c < keys is "
+        "visible.")

@@ -192,6 +192,15 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
     _W("06.causal_cuda", "tile-range-top-left", "ends the tile loop at the block's last row, top-left aligned",
        (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + block_m)"),), expect="wholly in the future|never loaded",
        hint="aligned top-left", measured=True),
+    # Right numbers, future tiles skipped, but the element-wise mask on every visited tile: measured by running the
+    # softmax with the mask's offset moved away after the given `diagonal` flag (course.measured).
+    _W("06.causal_cuda", "masks-every-tile", "applies the element-wise mask on every visited tile, not only where "
+       "the given `diagonal` flag holds",
+       (("const int visible = diagonal ? min(keys, row + offset - j0 + 1) : keys;",
+         "const int visible = causal ? min(keys, row + offset - j0 + 1) : keys;"),),
+       expect=r"the block for query rows 32–63 masked 4 key tiles, of which only 2 cross the diagonal: key tiles "
+              r"0–1 \(keys 0–31\) are seen whole",
+       hint="only when `diagonal` is true", measured=True),
     _W("06.causal_cuda", "only-last-tile-masked", "masks only the last tile, though the diagonal crosses several",
        (("const bool diagonal = causal && j0 + block_n - 1 > row0 + offset;",
          "const bool diagonal = causal && t == n_tiles - 1;"),), hint=None),
