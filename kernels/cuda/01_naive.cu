@@ -20,6 +20,8 @@
 // run time, the compiler cannot keep acc in registers: ptxas places it in local memory (a 512-byte
 // stack frame per thread, see `python -m course.tools.nvcc_gate`), which is global memory cached in L1.
 //
+// Your part: the `two_passes` region of naive_attention, just below; the lines around it are given.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 01 --track cuda
 

@@ -29,6 +29,9 @@
 // Layout: Q (H, n_q, d), K and V (H, n_k, d), O (H, n_q, d), row-major float32, H = gridDim.y heads.
 // Launch (course.tracks.cuda): blockDim.x = 32 * rows per block, gridDim.x = ceil(n_q / rows).
 //
+// Your part: the `chunk_update` region of warp_attention, the first function below. The warp_max and
+// warp_sum shuffles it calls are given, under the "given code" line at the end of the file.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 02 --track cuda
 
@@ -39,18 +42,9 @@
 #define NEG_INF __uint_as_float(0xff800000u)
 #define SLOTS (MAX_HEAD_DIM / WARP)  // accumulator columns per lane
 
-// region: warp_reductions
-// Every lane ends up with the max (sum) of the 32 lanes' values.
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = WARP / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, offset));
-    return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = WARP / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(FULL_MASK, x, offset);
-    return x;
-}
-// endregion: warp_reductions
+// Given below: every lane ends up with the max (sum) of the 32 lanes' values.
+__device__ __forceinline__ float warp_max(float x);
+__device__ __forceinline__ float warp_sum(float x);
 
 extern "C" __global__ void warp_attention(const float* __restrict__ q, const float* __restrict__ k,
                                           const float* __restrict__ v, float* __restrict__ o,
@@ -108,3 +102,18 @@ extern "C" __global__ void warp_attention(const float* __restrict__ q, const flo
         if (c < d) o_row[c] = acc[s] / l;
     }
 }
+
+// ---- given code below this line: you do not edit it ----
+
+// region: warp_reductions
+// Every lane ends up with the max (sum) of the 32 lanes' values.
+__device__ __forceinline__ float warp_max(float x) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, offset));
+    return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(FULL_MASK, x, offset);
+    return x;
+}
+// endregion: warp_reductions

@@ -31,6 +31,9 @@
 // Layout: Q (H, n_q, d), K and V (H, n_k, d), O (H, n_q, d), LSE (H, n_q), float32, H = gridDim.y.
 // Launch: blockDim.x = 32 * block_m, gridDim.x = ceil(n_q / block_m); block_n a multiple of 32.
 //
+// Your part: the `tile_loop` region of tiled_attention, the first function below. The warp_max and
+// warp_sum shuffles it calls are given, under the "given code" line at the end of the file.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 03 --track cuda
 
@@ -42,15 +45,9 @@
 #define SLOTS (MAX_HEAD_DIM / WARP)  // accumulator columns per lane
 #define K_PAD 1                      // floats of padding per K row (see above)
 
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = WARP / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, offset));
-    return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-    for (int offset = WARP / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(FULL_MASK, x, offset);
-    return x;
-}
+// Given below: every lane ends up with the max (sum) of the 32 lanes' values.
+__device__ __forceinline__ float warp_max(float x);
+__device__ __forceinline__ float warp_sum(float x);
 
 extern "C" __global__ void tiled_attention(const float* __restrict__ q, const float* __restrict__ k,
                                            const float* __restrict__ v, float* __restrict__ o,
@@ -142,4 +139,16 @@ extern "C" __global__ void tiled_attention(const float* __restrict__ q, const fl
         if (lane == 0) lse[head * n_q + row] = l > 0.0f ? m + logf(l) : NEG_INF;
     }
     // endregion: epilogue
+}
+
+// ---- given code below this line: you do not edit it ----
+
+__device__ __forceinline__ float warp_max(float x) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, offset));
+    return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int offset = WARP / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(FULL_MASK, x, offset);
+    return x;
 }

@@ -26,6 +26,9 @@
 // Layout: Q, K, V (H, n, d) float16; O (H, n_q, d) and LSE (H, n_q) float32; H = gridDim.y.
 // Launch: blockDim.x = 32 * block_m / 16, gridDim.x = ceil(n_q / block_m); block_n % 16 == 0, d % 16 == 0.
 //
+// Your part: the `tile_range` and `softmax_and_rescale` regions of causal_attention, the first function below. The
+// carve and load_rows helpers it calls are given, under the "given code" line at the end.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 06 --track cuda
 
@@ -47,25 +50,10 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> Frag
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> FragV;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragAcc;
 
-// The next `count` elements of type T from the shared-memory cursor. Every region's size is a
-// multiple of 32 bytes (16 rows of a padded row length), so every region stays 32-byte aligned.
-template <class T> __device__ __forceinline__ T* carve(unsigned char*& cursor, int count) {
-    T* region = reinterpret_cast<T*>(cursor);
-    cursor += count * sizeof(T);
-    return region;
-}
-
-// Copy rows row0 .. row0 + rows - 1 of a (n, d) half matrix into shared rows of ld halves, 8 halves
-// (16 bytes) per access; rows past n become zeros.
-__device__ __forceinline__ void load_rows(__half* dst, int ld, const __half* src, int row0, int rows, int n, int d) {
-    const int d8 = d / 8;
-    for (int i = threadIdx.x; i < rows * d8; i += blockDim.x) {
-        const int r = i / d8, c8 = i % d8;
-        uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < n) chunk = reinterpret_cast<const uint4*>(src + (size_t)(row0 + r) * d)[c8];
-        reinterpret_cast<uint4*>(dst + r * ld)[c8] = chunk;
-    }
-}
+// Given below: carve hands out the next region of shared memory, load_rows copies rows of a half
+// matrix into shared memory (rows past the end become zeros).
+template <class T> __device__ __forceinline__ T* carve(unsigned char*& cursor, int count);
+__device__ __forceinline__ void load_rows(__half* dst, int ld, const __half* src, int row0, int rows, int n, int d);
 
 extern "C" __global__ void causal_attention(const __half* __restrict__ q, const __half* __restrict__ k,
                                             const __half* __restrict__ v, float* __restrict__ o,
@@ -213,4 +201,26 @@ extern "C" __global__ void causal_attention(const __half* __restrict__ q, const 
         if (half_id == 0) lse[head * n_q + row] = l > 0.0f ? m + logf(l) : NEG_INF;
     }
     // endregion: epilogue
+}
+
+// ---- given code below this line: you do not edit it ----
+
+// The next `count` elements of type T from the shared-memory cursor. Every region's size is a
+// multiple of 32 bytes (16 rows of a padded row length), so every region stays 32-byte aligned.
+template <class T> __device__ __forceinline__ T* carve(unsigned char*& cursor, int count) {
+    T* region = reinterpret_cast<T*>(cursor);
+    cursor += count * sizeof(T);
+    return region;
+}
+
+// Copy rows row0 .. row0 + rows - 1 of a (n, d) half matrix into shared rows of ld halves, 8 halves
+// (16 bytes) per access; rows past n become zeros.
+__device__ __forceinline__ void load_rows(__half* dst, int ld, const __half* src, int row0, int rows, int n, int d) {
+    const int d8 = d / 8;
+    for (int i = threadIdx.x; i < rows * d8; i += blockDim.x) {
+        const int r = i / d8, c8 = i % d8;
+        uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
+        if (row0 + r < n) chunk = reinterpret_cast<const uint4*>(src + (size_t)(row0 + r) * d)[c8];
+        reinterpret_cast<uint4*>(dst + r * ld)[c8] = chunk;
+    }
 }

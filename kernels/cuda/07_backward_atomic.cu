@@ -32,6 +32,9 @@
 // Layout: Q, dO, O (n_q, d); K, V (n_k, d); LSE, Δ (n_q); row-major float32. dQ must be zeroed
 // before the launch (the blocks only ever add to it).
 //
+// Your part: the `preprocess_delta` region of backward_delta and the marked part of
+// backward_dkdv_dq_atomic's loop (recompute_p, dkdv_accumulate, dq_atomic_add), just below.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 07 --track cuda --variant atomic
 

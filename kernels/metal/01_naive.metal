@@ -12,6 +12,8 @@
 // Layout: Q (n_q, d), K and V (n_k, d), O (n_q, d), row-major float32; the launcher checks
 // d <= MAX_HEAD_DIM.
 //
+// Your part: the `two_passes` region of naive_attention, just below; the lines around it are given.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 01 --track metal
 #include <metal_stdlib>

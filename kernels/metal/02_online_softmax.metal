@@ -14,6 +14,9 @@
 // The launch is the same as lesson 01's: one thread per row, the dispatch rounded up to whole
 // threadgroups, Q (n_q, d), K and V (n_k, d), O (n_q, d) row-major float32, d <= MAX_HEAD_DIM.
 //
+// Your part: the `online_softmax_update` region of online_attention, just below; the lines around it
+// are given.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 02 --track metal
 #include <metal_stdlib>

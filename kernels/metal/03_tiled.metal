@@ -43,6 +43,8 @@
 // per threadgroup column (threadgroup_position_in_grid.y). Launch: block_m threads per threadgroup,
 // ceil(n_q / block_m) x H threadgroups; d <= MAX_HEAD_DIM, 1 <= block_n <= MAX_BLOCK_N.
 //
+// Your part: the `tile_loop` region of tiled_attention, just below; the lines around it are given.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 03 --track metal
 #include <metal_stdlib>

@@ -33,6 +33,9 @@
 // Layout: Q (H, n_q, d), K and V (H, n_k, d), O (H, n_q, d), LSE (H, n_q), float32; one head per
 // threadgroup column. Launch: block_m threads per threadgroup, ceil(n_q / block_m) x H threadgroups.
 //
+// Your part: the `ping_pong` region of float4_attention, the first function below. The load_tile
+// helper it calls is given, under the "given code" line at the end of the file.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 04 --track metal
 #include <metal_stdlib>
@@ -41,16 +44,9 @@ using namespace metal;
 #define MAX_HEAD_DIM 128  // acc[] holds MAX_HEAD_DIM / 4 float4s
 #define MAX_BLOCK_N 32    // s[] holds one tile's scores
 
-// Copy keys j0 .. j0 + block_n - 1 of K and V into one buffer pair; keys past n_k become zeros.
+// Given below: copies keys j0 .. j0 + block_n - 1 of K and V into one buffer pair.
 static void load_tile(threadgroup float4* k_dst, threadgroup float4* v_dst, device const float4* k,
-                      device const float4* v, uint j0, uint block_n, uint n_k, uint d4, uint tid, uint threads) {
-    for (uint i = tid; i < block_n * d4; i += threads) {
-        const uint key = j0 + i / d4;
-        const bool in = key < n_k;
-        k_dst[i] = in ? k[ulong(key) * d4 + i % d4] : float4(0.0f);
-        v_dst[i] = in ? v[ulong(key) * d4 + i % d4] : float4(0.0f);
-    }
-}
+                      device const float4* v, uint j0, uint block_n, uint n_k, uint d4, uint tid, uint threads);
 
 kernel void float4_attention(device const float4* q [[buffer(0)]],
                              device const float4* k [[buffer(1)]],
@@ -142,4 +138,17 @@ kernel void float4_attention(device const float4* q [[buffer(0)]],
         lse[ulong(group.y) * n_q + row] = l > 0.0f ? m + log(l) : -INFINITY;
     }
     // endregion: epilogue
+}
+
+// ---- given code below this line: you do not edit it ----
+
+// Copy keys j0 .. j0 + block_n - 1 of K and V into one buffer pair; keys past n_k become zeros.
+static void load_tile(threadgroup float4* k_dst, threadgroup float4* v_dst, device const float4* k,
+                      device const float4* v, uint j0, uint block_n, uint n_k, uint d4, uint tid, uint threads) {
+    for (uint i = tid; i < block_n * d4; i += threads) {
+        const uint key = j0 + i / d4;
+        const bool in = key < n_k;
+        k_dst[i] = in ? k[ulong(key) * d4 + i % d4] : float4(0.0f);
+        v_dst[i] = in ? v[ulong(key) * d4 + i % d4] : float4(0.0f);
+    }
 }

@@ -46,6 +46,9 @@
 // Layout: Q, K, V (H, n, d) float16; O (H, n_q, d), LSE (H, n_q) float32; one head per threadgroup column.
 // Launch: 32 * block_m / 8 threads per threadgroup, ceil(n_q / block_m) x H threadgroups.
 //
+// Your part: the `causal_block_skip` and `softmax_and_rescale` regions of simdgroup_attention, the first
+// function below. The load_rows helper it calls is given, under the "given code" line at the end.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 05 --track metal
 #include <metal_stdlib>
@@ -54,14 +57,9 @@ using namespace metal;
 
 #define MAX_HEAD_DIM 128  // Q and O strips: MAX_HEAD_DIM / 8 matrices each per simdgroup
 
-// Rows row0 .. row0 + rows - 1 of an (n, d) half matrix into threadgroup memory; rows past n are zeros.
+// Given below: copies rows of an (n, d) half matrix into threadgroup memory.
 static void load_rows(threadgroup half* dst, device const half* src, uint row0, uint rows, uint n, uint d,
-                      uint tid, uint threads) {
-    for (uint i = tid; i < rows * d; i += threads) {
-        const uint r = row0 + i / d;
-        dst[i] = r < n ? src[ulong(r) * d + i % d] : half(0.0f);
-    }
-}
+                      uint tid, uint threads);
 
 kernel void simdgroup_attention(device const half* q [[buffer(0)]],
                                 device const half* k [[buffer(1)]],
@@ -199,4 +197,15 @@ kernel void simdgroup_attention(device const half* q [[buffer(0)]],
         if (phase == 0) lse[ulong(group.y) * n_q + row] = l > 0.0f ? m + log(l) : -INFINITY;
     }
     // endregion: epilogue
+}
+
+// ---- given code below this line: you do not edit it ----
+
+// Rows row0 .. row0 + rows - 1 of an (n, d) half matrix into threadgroup memory; rows past n are zeros.
+static void load_rows(threadgroup half* dst, device const half* src, uint row0, uint rows, uint n, uint d,
+                      uint tid, uint threads) {
+    for (uint i = tid; i < rows * d; i += threads) {
+        const uint r = row0 + i / d;
+        dst[i] = r < n ? src[ulong(r) * d + i % d] : half(0.0f);
+    }
 }

@@ -46,6 +46,10 @@
 // Layout: Q, dO, O (n_q, d); K, V (n_k, d); LSE, Δ (n_q); row-major float32. dQ must be zero before
 // the launch (threadgroups only add to it).
 //
+// Your part: the `preprocess_delta` region of backward_delta and the recompute_p, dkdv_accumulate and
+// dq_atomic_add regions of backward_dkdv_dq_atomic, just below. The atomic_add_float and load_rows
+// helpers they call are given, under the "given code" line at the end of the file.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 07 --track metal --variant atomic
 #include <metal_stdlib>
@@ -60,6 +64,12 @@ using namespace metal;
 #define MAX_COLS (MAX_HEAD_DIM / COLS_PER_KEY)  // dK, dV columns per thread
 
 static_assert(THREADS % BLOCK_N == 0 && MAX_HEAD_DIM % COLS_PER_KEY == 0, "threads must tile the dK/dV rows");
+
+// Given below: a float atomicAdd made of a 32-bit compare-and-swap, and a copy of matrix rows into
+// threadgroup memory.
+static void atomic_add_float(device float* addr, float value);
+static void load_rows(threadgroup float* dst, device const float* src, uint row0, uint rows, uint n, uint d,
+                      uint tid);
 
 // Δ_i = dO_i · O_i, one thread per query row.
 kernel void backward_delta(device const float* o [[buffer(0)]],
@@ -76,27 +86,6 @@ kernel void backward_delta(device const float* o [[buffer(0)]],
     // END SOLUTION
     delta[row] = sum;
     // endregion: preprocess_delta
-}
-
-// region: float_atomic_add
-// *addr += value, atomically, with nothing but a 32-bit compare-and-swap.
-static void atomic_add_float(device float* addr, float value) {
-    device atomic_uint* word = (device atomic_uint*)addr;
-    uint expected = atomic_load_explicit(word, memory_order_relaxed);
-    // On failure, `expected` receives the bits another thread stored meanwhile: add to those instead.
-    while (!atomic_compare_exchange_weak_explicit(word, &expected, as_type<uint>(as_type<float>(expected) + value),
-                                                  memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
-// endregion: float_atomic_add
-
-// Rows row0 .. row0 + rows - 1 of an (n, d) matrix into threadgroup memory; rows past n are zeros.
-static void load_rows(threadgroup float* dst, device const float* src, uint row0, uint rows, uint n, uint d,
-                      uint tid) {
-    for (uint i = tid; i < rows * d; i += THREADS) {
-        const uint r = row0 + i / d;
-        dst[i] = r < n ? src[ulong(r) * d + i % d] : 0.0f;
-    }
 }
 
 kernel void backward_dkdv_dq_atomic(device const float* q [[buffer(0)]],
@@ -200,5 +189,28 @@ kernel void backward_dkdv_dq_atomic(device const float* q [[buffer(0)]],
             dk[ulong(j0 + jj) * d + c] = dk_acc[s] * scale;
             dv[ulong(j0 + jj) * d + c] = dv_acc[s];
         }
+    }
+}
+
+// ---- given code below this line: you do not edit it ----
+
+// region: float_atomic_add
+// *addr += value, atomically, with nothing but a 32-bit compare-and-swap.
+static void atomic_add_float(device float* addr, float value) {
+    device atomic_uint* word = (device atomic_uint*)addr;
+    uint expected = atomic_load_explicit(word, memory_order_relaxed);
+    // On failure, `expected` receives the bits another thread stored meanwhile: add to those instead.
+    while (!atomic_compare_exchange_weak_explicit(word, &expected, as_type<uint>(as_type<float>(expected) + value),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+// endregion: float_atomic_add
+
+// Rows row0 .. row0 + rows - 1 of an (n, d) matrix into threadgroup memory; rows past n are zeros.
+static void load_rows(threadgroup float* dst, device const float* src, uint row0, uint rows, uint n, uint d,
+                      uint tid) {
+    for (uint i = tid; i < rows * d; i += THREADS) {
+        const uint r = row0 + i / d;
+        dst[i] = r < n ? src[ulong(r) * d + i % d] : 0.0f;
     }
 }

@@ -37,6 +37,10 @@
 // skips query tiles above the diagonal, backward_dq stops after the last key its last row sees.
 // Layout: Q, dO, O (n_q, d); K, V (n_k, d); LSE, Δ (n_q); row-major float32.
 //
+// Your part: the `dkdv_tile` region of backward_dkdv and the `dq_split_kernel` region of backward_dq,
+// the first two kernels below. backward_delta and the helpers both kernels call are given, under the
+// "given code" line.
+//
 // Validate this file against the float64 oracle on this machine (and time it on a GPU):
 //     python -m course run 07 --track metal --variant split
 #include <metal_stdlib>
@@ -54,56 +58,16 @@ using namespace metal;
 static_assert(THREADS % BLOCK_N == 0 && THREADS % BLOCK_M == 0, "threads must tile the owned rows");
 static_assert(MAX_HEAD_DIM % COLS_PER_KEY == 0 && MAX_HEAD_DIM % COLS_PER_ROW == 0, "columns must split evenly");
 
-// Δ_i = dO_i · O_i, one thread per query row.
-kernel void backward_delta(device const float* o [[buffer(0)]],
-                           device const float* dout [[buffer(1)]],
-                           device float* delta [[buffer(2)]],
-                           constant uint& n_q [[buffer(3)]],
-                           constant uint& d [[buffer(4)]],
-                           uint row [[thread_position_in_grid]]) {
-    if (row >= n_q) return;
-    float sum = 0.0f;
-    for (uint c = 0; c < d; ++c) sum += dout[ulong(row) * d + c] * o[ulong(row) * d + c];
-    delta[row] = sum;
-}
-
-// Rows row0 .. row0 + rows - 1 of an (n, d) matrix into threadgroup memory; rows past n are zeros.
+// Given below: copies of matrix rows and of a tile's LSE and Δ into threadgroup memory, and the
+// (P, dS) of one tile entry, which both kernels compute the same way.
 static void load_rows(threadgroup float* dst, device const float* src, uint row0, uint rows, uint n, uint d,
-                      uint tid) {
-    for (uint i = tid; i < rows * d; i += THREADS) {
-        const uint r = row0 + i / d;
-        dst[i] = r < n ? src[ulong(r) * d + i % d] : 0.0f;
-    }
-}
-
-// LSE and Δ of query rows i0 .. i0 + BLOCK_M - 1 (zeros past n_q: those rows see no key anyway).
+                      uint tid);
 static void load_row_stats(threadgroup float* lse_s, threadgroup float* delta_s, device const float* lse,
-                           device const float* delta, uint i0, uint n_q, uint tid) {
-    if (tid < BLOCK_M) {
-        const bool in = i0 + tid < n_q;
-        lse_s[tid] = in ? lse[i0 + tid] : 0.0f;
-        delta_s[tid] = in ? delta[i0 + tid] : 0.0f;
-    }
-}
-
-// (P, dS) of entry (i, j) of the tile whose queries start at i0 and keys at j0; (0, 0) where the key is
-// masked or out of range. Both kernels call it, so both see exactly the same P and dS.
+                           device const float* delta, uint i0, uint n_q, uint tid);
 static float2 p_and_ds(threadgroup const float* q_tile, threadgroup const float* do_tile,
                        threadgroup const float* k_tile, threadgroup const float* v_tile,
                        threadgroup const float* lse_s, threadgroup const float* delta_s, uint i, uint j, uint i0,
-                       uint j0, uint n_q, uint n_k, uint d, float scale, uint causal) {
-    const uint row = i0 + i, key = j0 + j;
-    bool visible = row < n_q && key < n_k;
-    if (causal) visible = visible && int(key) <= int(row) + int(n_k) - int(n_q);
-    if (!visible) return float2(0.0f);
-    float s = 0.0f, dp = 0.0f;
-    for (uint c = 0; c < d; ++c) {
-        s += q_tile[i * d + c] * k_tile[j * d + c];
-        dp += do_tile[i * d + c] * v_tile[j * d + c];
-    }
-    const float p = exp(s * scale - lse_s[i]);
-    return float2(p, p * (dp - delta_s[i]));
-}
+                       uint j0, uint n_q, uint n_k, uint d, float scale, uint causal);
 
 kernel void backward_dkdv(device const float* q [[buffer(0)]],
                           device const float* k [[buffer(1)]],
@@ -224,4 +188,57 @@ kernel void backward_dq(device const float* q [[buffer(0)]],
     if (i0 + i < n_q) {
         for (uint s = 0, c = part; c < d; ++s, c += COLS_PER_ROW) dq[ulong(i0 + i) * d + c] = dq_acc[s] * scale;
     }
+}
+
+// ---- given code below this line: you do not edit it ----
+
+// Δ_i = dO_i · O_i, one thread per query row.
+kernel void backward_delta(device const float* o [[buffer(0)]],
+                           device const float* dout [[buffer(1)]],
+                           device float* delta [[buffer(2)]],
+                           constant uint& n_q [[buffer(3)]],
+                           constant uint& d [[buffer(4)]],
+                           uint row [[thread_position_in_grid]]) {
+    if (row >= n_q) return;
+    float sum = 0.0f;
+    for (uint c = 0; c < d; ++c) sum += dout[ulong(row) * d + c] * o[ulong(row) * d + c];
+    delta[row] = sum;
+}
+
+// Rows row0 .. row0 + rows - 1 of an (n, d) matrix into threadgroup memory; rows past n are zeros.
+static void load_rows(threadgroup float* dst, device const float* src, uint row0, uint rows, uint n, uint d,
+                      uint tid) {
+    for (uint i = tid; i < rows * d; i += THREADS) {
+        const uint r = row0 + i / d;
+        dst[i] = r < n ? src[ulong(r) * d + i % d] : 0.0f;
+    }
+}
+
+// LSE and Δ of query rows i0 .. i0 + BLOCK_M - 1 (zeros past n_q: those rows see no key anyway).
+static void load_row_stats(threadgroup float* lse_s, threadgroup float* delta_s, device const float* lse,
+                           device const float* delta, uint i0, uint n_q, uint tid) {
+    if (tid < BLOCK_M) {
+        const bool in = i0 + tid < n_q;
+        lse_s[tid] = in ? lse[i0 + tid] : 0.0f;
+        delta_s[tid] = in ? delta[i0 + tid] : 0.0f;
+    }
+}
+
+// (P, dS) of entry (i, j) of the tile whose queries start at i0 and keys at j0; (0, 0) where the key is
+// masked or out of range. Both kernels call it, so both see exactly the same P and dS.
+static float2 p_and_ds(threadgroup const float* q_tile, threadgroup const float* do_tile,
+                       threadgroup const float* k_tile, threadgroup const float* v_tile,
+                       threadgroup const float* lse_s, threadgroup const float* delta_s, uint i, uint j, uint i0,
+                       uint j0, uint n_q, uint n_k, uint d, float scale, uint causal) {
+    const uint row = i0 + i, key = j0 + j;
+    bool visible = row < n_q && key < n_k;
+    if (causal) visible = visible && int(key) <= int(row) + int(n_k) - int(n_q);
+    if (!visible) return float2(0.0f);
+    float s = 0.0f, dp = 0.0f;
+    for (uint c = 0; c < d; ++c) {
+        s += q_tile[i * d + c] * k_tile[j * d + c];
+        dp += do_tile[i * d + c] * v_tile[j * d + c];
+    }
+    const float p = exp(s * scale - lse_s[i]);
+    return float2(p, p * (dp - delta_s[i]));
 }

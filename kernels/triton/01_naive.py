@@ -17,6 +17,9 @@
 # from global memory; lesson 02 fuses the two passes into one, and lessons 03-04 share K and V tiles
 # between the rows of a block.
 #
+# Your part: the `two_passes` region of naive_attention_kernel, just below. The launch configuration
+# and the wrapper are given, under the "given code" line.
+#
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 01 --track triton
 import torch
@@ -68,6 +71,9 @@ def naive_attention_kernel(
     # END SOLUTION
     # endregion: two_passes
     tl.store(o_ptr + row * stride_o + cols, out.to(o_ptr.dtype.element_ty), mask=in_row)
+
+
+# ---- given code below this line: you do not edit it ----
 
 
 BLOCK_KEYS = 32  # keys per step: large enough to use a GPU's lanes, small enough to stay in registers at D = 128

@@ -22,6 +22,9 @@
 # The products use tl.dot on float32 tiles with input_precision="ieee": exact float32 arithmetic,
 # so this lesson is only about the data movement. Lesson 05 hands the dots to the tensor cores.
 #
+# Your part: the marked tile loop of tiled_attention_kernel, the first function below. The launch
+# configuration and the wrapper are given, under the "given code" line.
+#
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 03 --track triton
 import math
@@ -86,6 +89,9 @@ def tiled_attention_kernel(
     tl.store(o_tile, o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
     tl.store(lse_ptr + z * stride_lz + rows, lse, mask=row_ok)
     # endregion: write_o_and_lse
+
+
+# ---- given code below this line: you do not edit it ----
 
 
 def check_config(head_dim: int, dtype: torch.dtype) -> triton.Config:

@@ -30,6 +30,9 @@
 # What you write: the two methods of FlashAttention (what forward saves, and how backward uses it).
 # The checks of the inputs are at the end of the file.
 #
+# Your part: the marked lines of FlashAttention.forward and .backward, just below. flash_attention and
+# its input checks are given, under the "given code" line.
+#
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 08 --track triton
 from __future__ import annotations
@@ -73,6 +76,9 @@ class FlashAttention(torch.autograd.Function):
                                                            scale=ctx.scale, dq_mode=ctx.dq_mode)
             return dq, dk, dv, None, None, None
             # END SOLUTION
+
+
+# ---- given code below this line: you do not edit it ----
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,

@@ -13,6 +13,10 @@
 # On the diagonal tile the compute kernel adds a bias tile (0 on and below the diagonal, -1e30 above it)
 # to the scores; tiles past the diagonal are never read at all.
 #
+# Your part: the `assignment` region of assign_query_tiles and the `causal_scores` region of
+# grid_attention, below. The lines around them are given, and so are key_tiles_seen (the cost of a
+# query tile, which the assignment calls) and everything under the "given code" line.
+#
 # Check this file against the float64 oracle on the simulator:
 #     .venv/bin/python kernels/tt/09_grid.py
 import math
@@ -22,11 +26,6 @@ from course.dataflow import simulator
 ttl, ttnn = simulator()
 
 # region: plan
-def key_tiles_seen(i, q_tiles, k_tiles, causal):
-    """How many key tiles query tile i attends to: all of them, or up to the (bottom-right) diagonal."""
-    return min(k_tiles, i + k_tiles - q_tiles + 1) if causal else k_tiles
-
-
 def assign_query_tiles(q_tiles, k_tiles, cores, causal):
     """Which query tiles each core computes: a list of `cores` lists that together hold 0..q_tiles-1 once."""
     # region: assignment
@@ -41,6 +40,11 @@ def assign_query_tiles(q_tiles, k_tiles, cores, causal):
     return plan
     # END SOLUTION
     # endregion: assignment
+
+
+def key_tiles_seen(i, q_tiles, k_tiles, causal):
+    """How many key tiles query tile i attends to: all of them, or up to the (bottom-right) diagonal."""
+    return min(k_tiles, i + k_tiles - q_tiles + 1) if causal else k_tiles
 # endregion: plan
 
 
@@ -152,6 +156,9 @@ def grid_attention(q, k, v, bias, o, lse, causal):
         # endregion: writer
 
 # endregion: operation
+
+
+# ---- given code below this line: you do not edit it ----
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@
 # KV_BUFFERS is the depth of the K and V buffers: with 2 the reader fills one slot while compute
 # works on the other (double buffering); with 1 each waits for the other.
 #
+# Your part: the `online_softmax_update` region of one_core_attention, below; the lines around it are
+# given, and so is everything under the "given code" line.
+#
 # Check this file against the float64 oracle on the simulator:
 #     .venv/bin/python kernels/tt/09_one_core.py
 import math
@@ -128,6 +131,9 @@ def one_core_attention(q, k, v, o, lse):
         # endregion: writer
 
 # endregion: operation
+
+
+# ---- given code below this line: you do not edit it ----
 
 
 if __name__ == "__main__":
