@@ -201,11 +201,14 @@ _ONLY = {"os": {"environ"}}  # of these modules, only these names
 _SETUP_MODULES = {"torch": "torch", "math": "math"}  # names the instructor's setup cell binds
 _BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "locals", "eval", "exec", "compile",
                        "open", "breakpoint", "memoryview", "course"})
+# Attributes, on whatever object they are read (a module the cell loaded holds torch and the course too). Bare names
+# need no such list: what the cell can name is what it imports, the setup's torch and math, and the builtins.
 _MACHINERY = frozenset({"footprint", "capstone", "exercises", "recording", "answer_process", "recheck", "engines",
-                        "measured", "Footprint", "watch", "TorchDispatchMode", "TorchFunctionMode",
-                        "saved_tensors_hooks", "save_on_cpu", "register_hook", "sys", "modules", "gc", "inspect",
-                        "threading", "multiprocessing", "subprocess", "signal", "builtins", "importlib", "ctypes",
-                        "course", "os", "numpy", "tolist", "item", "data_ptr", "untyped_storage"})
+                        "measured", "Footprint", "watch", "TorchDispatchMode", "TorchFunctionMode", "overrides",
+                        "library", "utils", "graph", "jit", "ops", "saved_tensors_hooks", "save_on_cpu",
+                        "register_hook", "register_prehook", "sys", "modules", "gc", "inspect", "threading",
+                        "multiprocessing", "subprocess", "signal", "builtins", "importlib", "ctypes", "course", "os",
+                        "numpy", "tolist", "item", "data_ptr", "untyped_storage"})
 _WHY = {
     "import": "lesson 08's answer imports only math, typing, os, torch (and torch.nn.functional, torch.autograd) "
               "and the course's kernel loaders (course.kernels, course.tracks.common, course.tracks.triton)",
@@ -294,8 +297,6 @@ def refused_reach(source: str) -> tuple[str, int, str] | None:
                 refuse(node, node.id, "private")
             elif node.id in _BUILTINS:
                 refuse(node, node.id, "builtin" if node.id != "course" else "machinery")
-            elif node.id in _MACHINERY and node.id not in roots:
-                refuse(node, node.id, "machinery")
         elif isinstance(node, ast.Attribute):
             if node.attr.startswith("_") and node.attr != "__name__":
                 refuse(node, f".{node.attr}", "private")
