@@ -5,8 +5,9 @@ nbgrader runs the learner's notebook in one Python process, so an answer cell ca
 every later test passes. After nbgrader, the grader therefore hands each submission to
 :mod:`course.recheck` in a fresh sandbox (the same confinement as the notebook's kernel, a process
 of its own) with only what each exercise asks for: the kernels of the kernel cells, the Python answer
-cells as handed in (run there in an answer process of their own, :mod:`course.answer_process`), what the
-notebook's checks recorded (for lesson 08's probes), and the instructor's test cells. The grade of
+cells as handed in (run there in an answer process of their own, :mod:`course.answer_process`, lesson 08's
+probes included), and the instructor's test cells (the job still carries what the notebook's checks recorded,
+which decides no grade). The grade of
 each test cell is what that pass finds; where it differs from the notebook's run, the report and the
 feedback say so and why.
 """
@@ -90,7 +91,7 @@ def _wrapper_names(source: str) -> list[str]:
 
 
 def _learner_wrapper(source: str) -> bool:
-    """A Triton file whose Python wrapper is the exercise (lesson 08): graded like Python, from recordings."""
+    """A Triton file whose Python wrapper is the exercise (lesson 08): graded like Python, in the answer process."""
     from course.tracks.table import EXERCISES
     path = str(source).partition("#")[0]
     return any(row.learner_wrapper and row.kernel_file == path for row in EXERCISES)
