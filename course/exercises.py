@@ -249,10 +249,10 @@ def _tiled_torch_cases() -> list[Case]:
 
 # Block sizes the check hands the learner's function: square, tall and wide tiles, none dividing every N.
 _TILE_SIZES = ((16, 16), (32, 16), (16, 64))
-# The case whose run is watched: big enough that the N×N matrix, or a strip of rows by all the keys, is larger
-# than any tensor a tiled loop needs (inputs of N × D, a BLOCK_M × BLOCK_N × D product). D is small so that a
-# strip of 6 rows or more already is (the re-check's memory limit refuses strips of a few rows too, below).
-_WATCHED = Case(448, 384, 4, seed=6)
+# The case whose run is watched: big enough that the N×N matrix is larger than any tensor a tiled loop needs (inputs
+# of N × D, a BLOCK_M × BLOCK_N × D product). A strip of scores, rows by all the keys, is refused whatever its rows
+# (the watch's ``keys``): a matrix product as wide as all the keys, or any such tensor not shaped like K or V.
+_WATCHED = Case(448, 384, 16, seed=6)
 _WATCHED_TILES = (32, 16)
 
 
@@ -281,20 +281,26 @@ def _check_footprint(exercise: str, fn) -> None:
     where = f"on Nq={n_q}, Nk={n_k}, D={d} with block_m={bm}, block_n={bn}"
     # Errors of the learner's code read as in any check (their frames only, a stub says so).
     _, seen = learner_call(exercise, lambda: watch(fn, q, k, v, block_m=bm, block_n=bn, max_elements=limit,
-                                                   max_products=2 * pairs + 2), (), {}, where)
+                                                   max_products=2 * pairs + 2, keys=(n_k, d)), (), {}, where)
     if seen.fused_attention:
         raise CheckFailed(f"{exercise}: your function calls PyTorch's own attention ({', '.join(seen.fused_attention)}) "
                           f"{where}. This exercise is the tiled loop itself: Q tiles, K/V tiles, the running m, l "
                           f"and accumulator, written with plain tensor operations.")
     if seen.largest > limit:
         shape = " × ".join(map(str, seen.largest_shape))
-        strip = (f" (that is {min(seen.largest_shape)} rows of scores by every key: a strip of the score matrix)"
-                 if len(seen.largest_shape) == 2 and n_k in seen.largest_shape and min(seen.largest_shape) < n_q
-                 else "")
+        rows = seen.largest // n_k if n_k in seen.largest_shape else n_q
+        strip = f" (that is {rows} rows of scores by every key: a strip of the score matrix)" if rows < n_q else ""
         raise CheckFailed(
             f"{exercise}: {where} your function built a tensor of {shape} = {seen.largest:,} elements "
             f"(by {seen.largest_op}){strip}; a tiled loop never needs more than a Q tile, a K/V tile, a "
             f"{bm} × {bn} score tile and the {n_q} × {d} output.\n"
+            f"{_tiling_hint(n_k)}")
+    if seen.wide_shape:
+        shape = " × ".join(map(str, seen.wide_shape))
+        raise CheckFailed(
+            f"{exercise}: {where} your function built a tensor of {shape} (by {seen.wide_op}), as wide as all "
+            f"{n_k} keys: scores of a strip of rows by every key. A tiled loop holds nothing that wide but K and V "
+            f"themselves: a Q tile, a K/V tile, a {bm} × {bn} score tile and the {n_q} × {d} output.\n"
             f"{_tiling_hint(n_k)}")
     if seen.outside_torch_bytes >= n_q * n_k * 4:
         raise CheckFailed(f"{exercise}: {where} your function allocated {seen.outside_torch_bytes:,} bytes outside "
@@ -310,14 +316,17 @@ def _check_footprint(exercise: str, fn) -> None:
 # code controls, so no watch inside it can be trusted; the process's memory can be limited from outside instead.
 # The case has few queries, very many keys and D = 1, so that scores as wide as all the keys dwarf everything a
 # tiled loop holds: Q, K and V are 8 MiB, and even a float64 copy of K and V adds only 16 MiB, while one strip of
-# 8 rows by all the keys is 32 MiB, and a softmax taken over it at once needs two or three of them. Measured peaks
-# (resident memory above what the call found): the tiled loop 9 MiB, with float64 copies of K and V 25 MiB; strips
-# of 4 rows 52 MiB, of 8 rows 73 (in place) to 105 MiB, of block_m = 32 rows 393 MiB, the whole matrix 521 MiB.
-# So 40 MiB past what a first small call left allocated separates them, whatever the learner's code does inside,
-# and the notebook's watch above refuses every strip this refuses (it refuses strips from 6 rows on).
+# 8 rows by all the keys is 32 MiB, and a softmax taken over it at once needs two or three of them. The least
+# growth each passes under, measured with this limit: the lesson's tiled loop 13 MiB, tiles on float64 copies of
+# Q, K and V 25 MiB; strips of block_m = 32 rows 394 MiB, of 8 rows 76 (softmax in place) to 108 MiB, of 4 rows
+# 46 (in place) to 134 MiB, of 1 row in float64 68 MiB; strips of 1 or 2 rows in float32 only 30 to 32 MiB, too
+# close to the tiled loop to tell apart by memory at this size. So 48 MiB past what a first small call left
+# allocated passes those tiled loops with room to spare and refuses block_m strips, strips of 8 rows or more and
+# strips in float64, whatever the learner's code does inside. The notebook's watch above refuses every strip, the
+# narrow ones included, so this refuses nothing the notebook's own run passed.
 # The keys repeat a block of 1024 (the values are not checked here), so the call's arguments cross the pipe
 # compressed to almost nothing, and decoding them costs the answer process no more than the inputs themselves.
-_LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES, _LIVE_EXTRA_BYTES = 64, 1 << 20, 1, (32, 1024), 40 << 20
+_LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES, _LIVE_EXTRA_BYTES = 64, 1 << 20, 1, (32, 1024), 48 << 20
 
 
 def _long_keys(n_q: int, n_k: int, d: int, seed: int, period: int = 1024) -> tuple[torch.Tensor, ...]:

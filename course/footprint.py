@@ -40,6 +40,9 @@ class Watched:
     fused_attention: list[str] = field(default_factory=list)
     outside_torch_bytes: int = 0
     """Peak bytes allocated through Python's allocator during the call (numpy arrays, lists, floats)."""
+    wide_shape: tuple[int, ...] = ()
+    """The first tensor as wide as all the keys that is not K or V again (see :class:`Footprint`'s ``keys``)."""
+    wide_op: str = ""
 
 
 class _Enough(Exception):
@@ -47,10 +50,14 @@ class _Enough(Exception):
 
 
 class Footprint(TorchDispatchMode):
-    def __init__(self, max_elements: int | None = None, max_products: int | None = None) -> None:
+    def __init__(self, max_elements: int | None = None, max_products: int | None = None,
+                 keys: tuple[int, int] | None = None) -> None:
+        """``keys`` = (Nk, D): a tensor with a dimension of Nk is a strip of scores (as wide as all the keys) when a
+        matrix product made it or its other dimensions hold other than D elements; K and V copied, converted or
+        transposed are not. The call stops at the first one."""
         super().__init__()
         self.seen = Watched()
-        self.max_elements, self.max_products = max_elements, max_products
+        self.max_elements, self.max_products, self.keys = max_elements, max_products, keys
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
@@ -64,19 +71,24 @@ class Footprint(TorchDispatchMode):
             if isinstance(value, torch.Tensor) and value.numel() > self.seen.largest:
                 self.seen.largest, self.seen.largest_shape, self.seen.largest_op = (
                     value.numel(), tuple(value.shape), base)
+            if (self.keys is not None and not self.seen.wide_shape and isinstance(value, torch.Tensor)
+                    and self.keys[0] in value.shape
+                    and (base in _PRODUCTS or value.numel() // self.keys[0] != self.keys[1])):
+                self.seen.wide_shape, self.seen.wide_op = tuple(value.shape), base
         if ((self.max_elements is not None and self.seen.largest > self.max_elements)
                 or (self.max_products is not None and self.seen.products > self.max_products)
-                or self.seen.fused_attention):
+                or self.seen.fused_attention or self.seen.wide_shape):
             raise _Enough
         return result
 
 
 def watch(fn: Callable[..., Any], *args: Any, max_elements: int | None = None, max_products: int | None = None,
-          python_bytes: bool = True, **kwargs: Any) -> tuple[Any, Watched]:
+          python_bytes: bool = True, keys: tuple[int, int] | None = None, **kwargs: Any) -> tuple[Any, Watched]:
     """Call ``fn`` and return (its result, what it built). The caller's own tensors are not counted.
 
     The call is stopped (its result is then None) as soon as it calls a fused attention operator, returns
-    a tensor of more than ``max_elements`` or makes more than ``max_products`` products: a learner whose
+    a tensor of more than ``max_elements``, makes more than ``max_products`` products or builds a strip of
+    scores as wide as all ``keys`` = (Nk, D) (see :class:`Footprint`): a learner whose
     loop breaks the rule learns it at once, not after the whole slow run. ``python_bytes=False`` leaves
     allocations outside PyTorch unmeasured (tracemalloc slows a Python-heavy call several times), for callers
     whose learner code cannot reach plain Python data anyway (lesson 09's gated TT-Lang).
@@ -89,7 +101,7 @@ def watch(fn: Callable[..., Any], *args: Any, max_elements: int | None = None, m
     if python_bytes:
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
-    mode = Footprint(max_elements, max_products)
+    mode = Footprint(max_elements, max_products, keys)
     result = None
     try:
         try:
