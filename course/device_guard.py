@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from course.errors import CourseError
+from course.tiers import TierDevice, triton_interpreted
 
 __all__ = ["DeviceMismatch", "TierDevice", "gpu_device_rules", "active"]
 
@@ -42,11 +43,6 @@ class DeviceMismatch(CourseError):
     """On the GPU tier this tensor would be on the wrong device."""
 
     title = "tensor on the wrong device for the GPU tier"
-
-
-class TierDevice(str):
-    """The device string :func:`course.tiers.device` returns inside :func:`gpu_device_rules`: ``"cpu"`` for
-    PyTorch, and a mark that the code asked for the tier's device, which on a GPU machine is the GPU."""
 
 
 _state: dict[str, Any] = {"depth": 0, "devices": {}, "storages": {}}
@@ -231,8 +227,7 @@ def gpu_device_rules() -> Iterator[None]:
     """Run the block on the CPU tier as if its tensors were on a GPU machine (see the module's text).
 
     Only where Triton runs in its interpreter: on the GPU tier the real devices are there to fail."""
-    from course import tiers
-    if not tiers.triton_interpreted():
+    if not triton_interpreted():
         yield
         return
     from triton.runtime.interpreter import InterpretedFunction

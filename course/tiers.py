@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from course.simt.toolchain import apple_metal
 
-__all__ = ["Tier", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers", "report"]
+__all__ = ["Tier", "TierDevice", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers", "report"]
 
 _ENV = "COURSE_TIER"  # "cpu" forces the CPU tier; "auto" (default) takes a GPU when there is one
 
@@ -43,6 +43,11 @@ def triton_interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+class TierDevice(str):
+    """The CPU tier's ``"cpu"`` as :func:`device` hands it out: a plain ``"cpu"`` to PyTorch, and a mark that the
+    code asked for the tier's device, which on a GPU machine is the GPU (read by :mod:`course.device_guard`)."""
+
+
 def device() -> str:
     """The device the tier's tensors live on: ``"cuda"`` on the GPU tier (Triton compiles for the GPU and reads
     GPU memory only), ``"cpu"`` on the CPU tier (Triton's interpreter). Every tensor a Triton kernel reads is
@@ -51,8 +56,7 @@ def device() -> str:
     Inside :func:`course.device_guard.gpu_device_rules` the CPU tier's ``"cpu"`` remembers it was asked
     for, so a tensor made without asking is caught before the GPU tier would fail on it."""
     if triton_interpreted() or _cuda_gpu() is None:
-        from course import device_guard
-        return device_guard.TierDevice("cpu") if device_guard.active() else "cpu"
+        return TierDevice("cpu")
     return "cuda"
 
 
