@@ -38,7 +38,7 @@ from typing import Any
 __all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "MemoryLimitHit", "protect_this_process",
            "stop_every_answer_process"]
 
-_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36  # linux/prctl.h
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36  # linux/prctl.h
 _MAX_LINE = 1 << 30  # a reply larger than this is not an answer a check needs
 STARTUP_SECONDS = 120.0  # Python, torch and the course imported, the setup cells run
 CELL_SECONDS = 30.0  # one answer cell defining its functions (the notebook's own run already finished it)
@@ -141,7 +141,8 @@ class AnswerProcess:
     def _start(self) -> None:
         """Start the child, run the setup, then each answer cell with a time limit. A cell that does not finish, or
         ends the child, is left out and the child started again without it: only its own names fail."""
-        env = dict(os.environ, NBGRADER_EXECUTION="autograde")  # widgets and demonstrations draw nothing there
+        env = dict(os.environ, NBGRADER_EXECUTION="autograde",  # widgets and demonstrations draw nothing there
+                   COURSE_ANSWER_PARENT=str(os.getpid()))
         self.proc = subprocess.Popen([sys.executable, "-m", "course.answer_process"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
@@ -313,9 +314,19 @@ def _run_cell(cell: dict, namespace: dict[str, Any]) -> dict[str, str | None]:
             for name in cell.get("names", [])}
 
 
+def _end_with_parent() -> None:
+    """Die with the checker: a checker killed from outside (no sandbox around it to take its children along)
+    must not leave an answer cell running. The parent id closes the race of a parent that died before this."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.environ.get("COURSE_ANSWER_PARENT", str(os.getppid())) != str(os.getppid()):
+        os._exit(1)
+
+
 def _serve() -> int:
     import contextlib
     import io
+    _end_with_parent()
     from course.errors import root_cause
     from course.recording import decode, encode
     requests = sys.stdin.buffer

@@ -165,3 +165,31 @@ def test_the_footprint_is_measured_from_outside_the_answer(repo):
     solution = nbformat.read(repo / "solutions" / "03_tiling" / "03_tiling.ipynb", as_version=4)
     right = next(c.source for c in solution.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tiled_torch")
     assert run_job(_tiled_job(right))["t"]["passed"]
+
+
+def test_an_answer_process_dies_with_a_checker_killed_from_outside(tmp_path):
+    """Without a sandbox to take them along, a checker killed mid-call (SIGKILL) must not leave the answer
+    process running the learner's loop."""
+    checker = f"""
+import sys
+from course.answer_process import AnswerProcess
+source = "def ready():\\n    return 1\\n\\ndef spin():\\n    while True:\\n        pass"
+answers = AnswerProcess(["import torch"], [{{"cell": "spin", "kind": "python", "names": ["ready", "spin"],
+                                            "source": source}}])
+answers.call("ready", (), {{}})  # starts the child
+print(answers.proc.pid, flush=True)
+answers.call("spin", (), {{}})
+"""
+    proc = subprocess.Popen([sys.executable, "-c", checker], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    time.sleep(1)  # the call is under way: the child spins in the learner's loop
+    assert _alive(child)
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _alive(child)
+    if alive:
+        os.kill(child, 9)
+    assert not alive, "the answer process outlived the checker that started it"
