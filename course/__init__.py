@@ -12,7 +12,9 @@ from course import tiers
 
 tiers.configure()  # must run before any @triton.jit function is defined
 
-from course import counters, reference, roofline  # noqa: E402
+from course import reference  # noqa: E402
+from course.grading import counters  # noqa: E402
+from course.models import roofline  # noqa: E402
 from course.errors import CheckFailed, CourseError  # noqa: E402
 from course.exercises import EXERCISES, check  # noqa: E402
 from course.hint_ladder import hint, reveal  # noqa: E402
@@ -22,14 +24,14 @@ from course.reference import attention, attention_backward  # noqa: E402
 
 
 def _register_magics() -> None:
-    """``%%cuda`` and ``%%metal`` cells, and what a failed cell leaves behind (course.answers), inside IPython/Jupyter."""
+    """``%%cuda`` and ``%%metal`` cells, and what a failed cell leaves behind (course.grading.answers), inside IPython/Jupyter."""
     try:
         from IPython import get_ipython
     except ImportError:
         return
     ipython = get_ipython()
     if ipython is not None:
-        from course.answers import install
+        from course.grading.answers import install
         from course.simt.magic import register
         register(ipython)
         install(ipython)

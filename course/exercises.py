@@ -13,14 +13,16 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from course import lesson09, roofline, tiers
-from course.engines import _call as learner_call
-from course.engines import (Mistake, Report, check_attention, check_backward, check_merge_states, check_softmax,
+from course.lessons import lesson09
+from course.models import roofline
+from course import tiers
+from course.grading.engines import _call as learner_call
+from course.grading.engines import (Mistake, Report, check_attention, check_backward, check_merge_states, check_softmax,
                             check_values, quiet, untouched_stub)
 from course.errors import CheckFailed
-from course.isolation import run_isolated
-from course.answer_process import LiveAnswer
-from course.recording import Recorder, Replay, autograding, emit
+from course.grading.isolation import run_isolated
+from course.grading.answer_process import LiveAnswer
+from course.grading.recording import Recorder, Replay, autograding, emit
 from course.inputs import Case, standard_cases
 
 __all__ = ["Exercise", "EXERCISES", "MODEL_POLICY", "ModelPolicy", "check"]
@@ -36,7 +38,7 @@ class Exercise:
     takes: str = "function"
     """What the learner hands in: a Python function, or the kernel module a %%cuda / %%metal cell made."""
     probe: str | None = None
-    """The course probe (:data:`course.capstone.PROBES`) the checks call around the learner's function, when what
+    """The course probe (:data:`course.lessons.capstone.PROBES`) the checks call around the learner's function, when what
     they need is more than its return value (the capstone's gradients and training run). Where the grade is
     decided it runs inside the answer process, around the function the handed-in cell defines."""
 
@@ -210,7 +212,7 @@ def _track_step(exercise: str):
         from course.tracks import cuda, metal
         from course.tracks.table import exercise as row
         track = metal if row(exercise).track == "metal" else cuda
-        from course import measured
+        from course.grading import measured
         if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
             measured.causal_tiles_simt(exercise, module)
         if cases is None:
@@ -227,8 +229,8 @@ def _backward_simt(exercise: str, kind: str):
     def run(module, cases: Iterable[Case] | None = None) -> Report:
         from course.tracks import cuda as cuda_track
         launch = cuda_track.backward_atomic if kind == "atomic" else cuda_track.backward_split
-        if kind == "split":  # the dQ kernel's key tiles, measured before the values (course.measured)
-            from course import measured
+        if kind == "split":  # the dQ kernel's key tiles, measured before the values (course.grading.measured)
+            from course.grading import measured
             measured.causal_tiles_simt(exercise, module)
         cases = cases or [Case(17, 40, 16, causal=True, seed=1), Case(1, 1, 16),
                           Case(65, 17, 32, causal=True, seed=2), Case(33, 20, 128, kind="peaky", seed=3)]
@@ -270,7 +272,7 @@ def _tiling_hint(n_k: int) -> str:
 
 def _check_footprint(exercise: str, fn) -> None:
     """Run ``fn`` on the watched case and fail if it built what a tiled loop never needs."""
-    from course.footprint import watch
+    from course.grading.footprint import watch
     case, (bm, bn) = _WATCHED, _WATCHED_TILES
     if isinstance(fn, Recorder):  # watch the learner's function, not the recording's hashing of its arguments
         fn = fn.fn
@@ -312,7 +314,7 @@ def _check_footprint(exercise: str, fn) -> None:
                           f"block_n it is given: a Q tile of block_m rows against a K/V tile of block_n keys.")
 
 
-# Where the grade is decided (course.recheck) the learner's function runs in its answer process, which its own
+# Where the grade is decided (course.grading.recheck) the learner's function runs in its answer process, which its own
 # code controls, so no watch inside it can be trusted; the process's memory can be limited from outside instead.
 # The case has few queries, very many keys and D = 1, so that scores as wide as all the keys dwarf everything a
 # tiled loop holds: Q, K and V are 8 MiB, and even a float64 copy of K and V adds only 16 MiB, while one strip of
@@ -335,7 +337,7 @@ def _long_keys(n_q: int, n_k: int, d: int, seed: int, period: int = 1024) -> tup
 
 
 def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
-    from course.answer_process import AnswerError, MemoryLimitHit
+    from course.grading.answer_process import AnswerError, MemoryLimitHit
     n_q, n_k, d, (bm, bn) = _LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES
     tiles = dict(block_m=bm, block_n=bn)
     inputs = _long_keys(n_q, n_k, d, seed=6)
@@ -440,7 +442,7 @@ def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
 # -- lesson 04: memory transactions and banks -----------------------------------------------------
 
 def _sectors_expected(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
-    from course.memory_model import WARP, sectors_of_bytes
+    from course.models.memory_model import WARP, sectors_of_bytes
     return len(sectors_of_bytes([offset_bytes + lane * stride_bytes for lane in range(WARP)], access_bytes))
 
 
@@ -480,7 +482,7 @@ def _warp_sectors(fn, arguments: Iterable[dict] | None = None) -> Report:
 
 
 def _bank_ways_expected(row_floats: int, pad_floats: int) -> int:
-    from course.memory_model import bank_conflict_ways, warp_column_walk
+    from course.models.memory_model import bank_conflict_ways, warp_column_walk
     walk = warp_column_walk(row_floats=row_floats, pad_floats=pad_floats)
     return bank_conflict_ways(walk.byte_addresses, walk.access_bytes)
 
@@ -510,7 +512,7 @@ def _bank_ways(fn, arguments: Iterable[dict] | None = None) -> Report:
 def _fragment_map_entry(which: int):
     """The lane (0) or slot (1) the course's runtime stores at (row, col) of a track's accumulator fragment."""
     def entry(track: str, row: int, col: int) -> int:
-        from course.fragments import fragment_map
+        from course.models.fragments import fragment_map
         return int(fragment_map(track)[which][row, col])
     return entry
 
@@ -526,7 +528,7 @@ _FRAGMENT_MISTAKES = [
 
 
 def _fragment_lane(fn, arguments: Iterable[dict] | None = None) -> Report:
-    from course.fragments import FRAGMENTS
+    from course.models.fragments import FRAGMENTS
     args = arguments or [dict(track=track, row=r, col=c) for track, shape in FRAGMENTS.items()
                          for r in range(shape.rows) for c in range(shape.cols)]
     return check_values("05.fragment_lane", fn, _fragment_lane_expected, args, _FRAGMENT_MISTAKES)
@@ -588,7 +590,7 @@ def _causal_torch(fn, cases: Iterable[Case] | None = None) -> Report:
 def _tile_count(part: int, alignment: str = "bottom_right"):
     """One of the (skipped, full, diagonal) counts, as a function of the sizes."""
     def count(n_q: int, n_k: int, block_m: int, block_n: int) -> int:
-        from course.causal import tile_counts
+        from course.models.causal import tile_counts
         counts = tile_counts(n_q, n_k, block_m, block_n, alignment)
         return (counts.skipped, counts.full, counts.diagonal)[part]
     return count
@@ -686,10 +688,10 @@ def _tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.flo
     report = check_attention(exercise, fn, cases, with_lse=True, **_kernel_options())
     check_attention(exercise, fn, [Case(9, 40, 32, seed=9)], scale=0.3, pass_scale=True, with_lse=True, **_kernel_options())
     if exercise == "05.mma_triton":  # the lesson's technique, measured: both products on tl.dot, 16-bit operands
-        from course import measured
+        from course.grading import measured
         measured.matrix_units_triton(exercise, fn)
     if exercise == "04.double_buffer_triton":  # the lesson's technique, measured: the compiled loop is pipelined
-        from course import measured
+        from course.grading import measured
         measured.pipelining_triton(exercise, fn)
     return report
 
@@ -699,7 +701,7 @@ def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
                       Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
                       Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
                       Case(65, 33, 16, causal=False, seed=6)]
-    from course import measured
+    from course.grading import measured
     measured.causal_tiles_triton("06.causal_triton", fn)  # the key tiles each program loads, before the values
     report = check_attention("06.causal_triton", fn, cases, with_lse=True, pass_causal=True, **_kernel_options())
     check_attention("06.causal_triton", fn, [Case(9, 40, 32, causal=True, seed=9)], scale=0.3, pass_scale=True,
@@ -715,7 +717,7 @@ def _backward_cases() -> list[Case]:
 
 def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bool = False) -> Report:
     cases = list(cases) if cases is not None else _backward_cases()
-    from course import measured
+    from course.grading import measured
     measured.backward_tiles_triton(exercise, fn, split=deterministic)  # tiles skipped; no atomics when split
     report = check_backward(exercise, fn, cases, **_kernel_options())
     if deterministic:
@@ -756,7 +758,7 @@ def _uses_what_it_is_given(exercise: str, fn) -> None:
     A kernel reads O and the LSE from memory and cannot tell where they came from; an answer that runs
     autograd through attention, or renormalises P row by row, ignores them, and this is where it shows.
     """
-    from course.engines import _grads_with, _masks
+    from course.grading.engines import _grads_with, _masks
     from course.reference import attention, attention_backward
     case = Case(12, 20, 16, causal=True, seed=71)
     q, k, v = case.tensors()
@@ -864,7 +866,7 @@ _BIT_MISTAKES = [
 
 
 def _differing_elements(fn, cases: list | None = None) -> Report:
-    from course.determinism import differing_elements
+    from course.models.determinism import differing_elements
     cases = cases or _bit_cases()
     returned, first_wrong = [], None
     for text, runs in cases:
@@ -885,10 +887,10 @@ def _differing_elements(fn, cases: list | None = None) -> Report:
 
 
 # -- lesson 08: the capstone ------------------------------------------------------------------------
-# The learner's flash_attention is called through course.capstone's probe: one forward and backward, with
+# The learner's flash_attention is called through course.lessons.capstone's probe: one forward and backward, with
 # what the run saved for its backward and what it built in PyTorch, all returned as data. Under the re-check
 # the probe runs in the answer process around the handed-in cell's function, once that cell's text has been
-# read (course.capstone.refused_reach), and only its data comes back.
+# read (course.lessons.capstone.refused_reach), and only its data comes back.
 
 def _capstone_cases() -> list[Case]:
     return [Case(17, 17, 32, batch=(2, 3), causal=True, seed=1), Case(65, 33, 16, batch=(1, 2), seed=2),
@@ -994,7 +996,7 @@ def _grouped_query_heads(exercise: str, probe, device) -> None:
 
 def _training(probe, steps: int = 8, seed: int = 0) -> Report:
     """Losses of a short training run with the learner's attention against the same run with PyTorch's."""
-    from course.capstone import sdpa_attention, train_losses
+    from course.lessons.capstone import sdpa_attention, train_losses
     text = f"a {steps}-step training run (seed {seed})"
     result = learner_call("08.training", probe, (steps, seed), {}, text)
     if not (isinstance(result, (list, tuple)) and len(result) == 2):
@@ -1020,7 +1022,7 @@ def _training(probe, steps: int = 8, seed: int = 0) -> Report:
 # A lookup table of the visible arguments passes a visible check and nothing else: a hidden test adds
 # ``drawn=N``, N argument sets drawn at random (os.urandom) within the lesson's valid range. Under the
 # grader the seed goes into the recording, so the re-check, which replays the learner's answers, draws
-# the very same sets (course.recording).
+# the very same sets (course.grading.recording).
 
 _D = (16, 32, 48, 64, 80, 96, 128)  # head dims a lesson uses
 
@@ -1076,7 +1078,7 @@ def drawn_arguments(exercise: str, count: int, seed: int) -> list:
 
 def _draw(exercise: str, count: Any, options: dict, candidate: Any) -> tuple[list, str, int]:
     """(the drawn sets, the recording key, the seed): a fresh seed, or the recorded one for a replayed recording."""
-    from course.recording import call_key
+    from course.grading.recording import call_key
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise CheckFailed(f"{exercise}: drawn= takes a number of argument sets to draw, at least 1; got {count!r}.")
     key = _DRAWN_SEED + call_key(exercise, (), {"arguments": options.get("arguments"), "drawn": count})
@@ -1173,10 +1175,10 @@ EXERCISES: dict[str, Exercise] = {e.id: e for e in [
 
 
 # -- the course's own models as answers ---------------------------------------------------------------
-# Some numeric exercises ask for exactly what a course module computes (course.roofline, course.causal, ...).
+# Some numeric exercises ask for exactly what a course module computes (course.models.roofline, course.models.causal, ...).
 # Each declares which of those functions its answer may call (where the lesson's point is to use them) and
 # which it may not (where the lesson asks for the count or the formula itself). A refused call fails the
-# check with one sentence; course.measured says how it is seen, and that the re-check reads the answer cell
+# check with one sentence; course.grading.measured says how it is seen, and that the re-check reads the answer cell
 # as handed in, so an answer cell that switches the notebook's watch off gains nothing.
 
 @dataclass(frozen=True)
@@ -1193,67 +1195,67 @@ class ModelPolicy:
 
 
 MODEL_POLICY: dict[str, ModelPolicy] = {
-    "00.attention_flops": ModelPolicy(("course.roofline.attention_flops",),
+    "00.attention_flops": ModelPolicy(("course.models.roofline.attention_flops",),
                                       "it is the course's own count, and the exercise is to count the FLOPs of the two "
                                       "matmuls yourself"),
-    "00.flash_intensity": ModelPolicy(("course.roofline.flash_attention_bytes",),
+    "00.flash_intensity": ModelPolicy(("course.models.roofline.flash_attention_bytes",),
                                       "it is the course's own count of the fused kernel's bytes, which the exercise asks "
-                                      "you to count (the FLOPs may come from course.roofline.attention_flops)",
-                                      allowed=("course.roofline.attention_flops", "course.roofline.arithmetic_intensity")),
-    "01.naive_bytes_read": ModelPolicy(("course.roofline.naive_kernel_bytes_read",),
+                                      "you to count (the FLOPs may come from course.models.roofline.attention_flops)",
+                                      allowed=("course.models.roofline.attention_flops", "course.models.roofline.arithmetic_intensity")),
+    "01.naive_bytes_read": ModelPolicy(("course.models.roofline.naive_kernel_bytes_read",),
                                        "it is the course's own count, and the exercise is to count the naive kernel's "
                                        "reads yourself"),
-    "02.softmax_bytes": ModelPolicy(("course.roofline.softmax_bytes",),
+    "02.softmax_bytes": ModelPolicy(("course.models.roofline.softmax_bytes",),
                                     "it is the course's own count, and the exercise is to count the passes' bytes "
                                     "yourself"),
-    "03.tiled_bytes": ModelPolicy(("course.roofline.tiled_kernel_bytes",),
+    "03.tiled_bytes": ModelPolicy(("course.models.roofline.tiled_kernel_bytes",),
                                   "it is the course's own count, and the exercise is to count the tiled kernel's "
                                   "traffic yourself"),
     "03.shared_bytes": ModelPolicy(("course.tracks.cuda.shared_memory_bytes",),
                                    "it is the launcher's own count, and the exercise is to lay out the three tiles "
                                    "yourself"),
-    "04.warp_sectors": ModelPolicy(("course.memory_model.sectors_of_bytes", "course.memory_model.sectors_touched",
-                                    "course.memory_model.coalescing"),
+    "04.warp_sectors": ModelPolicy(("course.models.memory_model.sectors_of_bytes", "course.models.memory_model.sectors_touched",
+                                    "course.models.memory_model.coalescing"),
                                    "it is the course's memory model, and the exercise is to count the sectors yourself"),
-    "04.bank_ways": ModelPolicy(("course.memory_model.bank_conflict_ways", "course.memory_model.bank_access",
-                                 "course.memory_model.warp_column_walk"),
+    "04.bank_ways": ModelPolicy(("course.models.memory_model.bank_conflict_ways", "course.models.memory_model.bank_access",
+                                 "course.models.memory_model.warp_column_walk"),
                                 "it is the course's memory model, and the exercise is to work out the conflict "
                                 "yourself"),
-    "05.fragment_lane": ModelPolicy(("course.fragments.fragment_map", "course.fragments.lane_cells"),
+    "05.fragment_lane": ModelPolicy(("course.models.fragments.fragment_map", "course.models.fragments.lane_cells"),
                                     "it looks the lane up in the measured map, and the exercise asks for a formula, "
                                     "not a table"),
-    "06.causal_mask": ModelPolicy(("course.causal.offset",),
+    "06.causal_mask": ModelPolicy(("course.models.causal.offset",),
                                   "it is the course's offset of each alignment, which the exercise asks you to work "
                                   "out"),
-    "06.tile_counts": ModelPolicy(("course.causal.tile_counts", "course.causal.tile_kind",
-                                   "course.causal.visible_key_tiles", "course.causal.program_work"),
+    "06.tile_counts": ModelPolicy(("course.models.causal.tile_counts", "course.models.causal.tile_kind",
+                                   "course.models.causal.visible_key_tiles", "course.models.causal.program_work"),
                                   "it is the course's own tile model, and the exercise is to count the tiles yourself "
-                                  "(course.causal.offset may give you the offset)",
-                                  allowed=("course.causal.offset",)),
-    "07.backward_flops": ModelPolicy(("course.roofline.backward_flops",),
+                                  "(course.models.causal.offset may give you the offset)",
+                                  allowed=("course.models.causal.offset",)),
+    "07.backward_flops": ModelPolicy(("course.models.roofline.backward_flops",),
                                      "it is the course's own count, and the exercise is to count the backward's "
                                      "products yourself"),
-    "07.differing_elements": ModelPolicy(("course.determinism.differing_elements",),
+    "07.differing_elements": ModelPolicy(("course.models.determinism.differing_elements",),
                                          "it is the course's own count, and the exercise is to compare the runs' bits "
                                          "yourself"),
-    # The lesson hands out DST's capacity (course/dst.py): the exercise is what fits in it.
-    "09.rows_per_step": ModelPolicy(allowed=("course.dst.capacity",)),
-    "09.grid_assignment": ModelPolicy(("course.lesson09.balanced_plan",),
+    # The lesson hands out DST's capacity (course/lessons/dst.py): the exercise is what fits in it.
+    "09.rows_per_step": ModelPolicy(allowed=("course.lessons.dst.capacity",)),
+    "09.grid_assignment": ModelPolicy(("course.lessons.lesson09.balanced_plan",),
                                       "it is the course's own assignment, the one yours is measured against",
-                                      allowed=("course.lesson09.key_tiles_seen",)),
+                                      allowed=("course.lessons.lesson09.key_tiles_seen",)),
 }
 """Numeric exercise id → which of the course's model functions its answer may call, and which not."""
 
 
 def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
-    """``graded``, watched for calls of the exercise's refused model functions (course.measured); or CheckFailed
+    """``graded``, watched for calls of the exercise's refused model functions (course.grading.measured); or CheckFailed
     at once when the answer's text names one (the answer cell as handed in, under the re-check)."""
     policy = MODEL_POLICY.get(exercise)
     if policy is None or not policy.refused:
         return graded
-    from course.measured import function_source, model_references, refusing_model_calls
+    from course.grading.measured import function_source, model_references, refusing_model_calls
     if isinstance(candidate, (Replay, LiveAnswer)):
-        source = getattr(candidate, "answer_source", None)  # set by course.recheck from the notebook handed in
+        source = getattr(candidate, "answer_source", None)  # set by course.grading.recheck from the notebook handed in
         named = model_references(source, policy.refused) if isinstance(source, str) else []
     else:
         found = function_source(candidate)
@@ -1269,7 +1271,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     """Check ``candidate`` for ``exercise`` (an id such as ``"01.attention_torch"``); print and return a Report.
 
     Raises CheckFailed (shown in Jupyter as a short diagnosis) when the answer is wrong. ``kernel=``, for a
-    traffic-counting exercise (course.counters.MEASURED_EXERCISES), also runs that kernel (a %%cuda /
+    traffic-counting exercise (course.grading.counters.MEASURED_EXERCISES), also runs that kernel (a %%cuda /
     %%metal module, or a function launching Triton kernels) in counters mode and requires the learner's
     formula to give the bytes it was measured to move.
     """
@@ -1279,7 +1281,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         known = ", ".join(sorted(EXERCISES))
         raise CheckFailed(f"unknown exercise {exercise!r}; the exercises are: {known}")
     chosen = EXERCISES[exercise]
-    from course.answers import FailedCell
+    from course.grading.answers import FailedCell
     if isinstance(candidate, FailedCell):
         raise CheckFailed(f"{exercise}: {candidate.message}")
     if chosen.takes == "kernel module":
@@ -1302,12 +1304,12 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         raise CheckFailed(f"{exercise}: expected your function, got {type(candidate).__name__} {candidate!r}.")
     if isinstance(candidate, LiveAnswer) and chosen.probe is not None:
         # Where the grade is decided: the cell as handed in is read first, then the course's probe runs around the
-        # learner's function inside the answer process, and only its data comes back (course.capstone).
-        from course.capstone import refuse_reach
+        # learner's function inside the answer process, and only its data comes back (course.lessons.capstone).
+        from course.lessons.capstone import refuse_reach
         refuse_reach(exercise, candidate.answer_source)
         candidate = candidate.around(chosen.probe)
     elif chosen.probe is not None and not isinstance(candidate, Replay):
-        from course.capstone import PROBES
+        from course.lessons.capstone import PROBES
         candidate = PROBES[chosen.probe](candidate)
     graded, learner, row = _triton_kernels(exercise, candidate)
     if learner is not None and _gate_wanted(row, learner):
@@ -1323,7 +1325,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     recorder = None
     if ((row is None or row.learner_wrapper) and chosen.takes == "function" and not chosen.isolated and autograding()
             and not isinstance(candidate, Replay)):
-        # Under the grader: the grade comes from replaying these answers elsewhere (course.recording).
+        # Under the grader: the grade comes from replaying these answers elsewhere (course.grading.recording).
         recorder = graded = Recorder(exercise, graded, getattr(candidate, "__name__", exercise))
         if draw is not None:  # the re-check draws the same sets from the same seed
             recorder.calls[draw[1]] = draw[2]
@@ -1339,7 +1341,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
             else:
                 report = chosen.run(graded, **options)
             if measured_with is not None:
-                from course.counters import check_measured
+                from course.grading.counters import check_measured
                 agreed = check_measured(exercise, graded, measured_with)
     finally:
         if recorder is not None:

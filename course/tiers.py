@@ -165,7 +165,7 @@ def _triton_interpreter(triton: str | None) -> tuple[bool, str]:
 
 def _tt_simulator() -> tuple[bool, str]:
     """Lesson 09's simulator: installed at the version the lesson is written for, or what it needs."""
-    from course.dataflow import SIMULATOR_VERSION
+    from course.lessons.dataflow import SIMULATOR_VERSION
     found = _distribution_version("tt-lang-sim")
     if found == SIMULATOR_VERSION:
         return True, f"tt-lang-sim {found}: runs @ttl.operation programs on a simulated grid of Tensix cores"

@@ -24,7 +24,7 @@ __all__ = ["TRACK_NAMES", "STEPS", "exercise_for", "check_tracks"]
 
 
 STOP_AT_FIRST_PASS = False
-"""Set by the grader's re-check (course.recheck): once a track passes, the practice tracks cost time and
+"""Set by the grader's re-check (course.grading.recheck): once a track passes, the practice tracks cost time and
 change nothing."""
 
 # Steps whose exercise ids do not follow "<step>_<track>": a Triton file that holds more than one

@@ -3,9 +3,9 @@
 nbgrader runs the learner's notebook in one Python process, so an answer cell can rebind
 ``course.check``, patch torch or the course, or replace a kernel by a wrapper around PyTorch, and
 every later test passes. After nbgrader, the grader therefore hands each submission to
-:mod:`course.recheck` in a fresh sandbox (the same confinement as the notebook's kernel, a process
+:mod:`course.grading.recheck` in a fresh sandbox (the same confinement as the notebook's kernel, a process
 of its own) with only what each exercise asks for: the kernels of the kernel cells, the Python answer
-cells as handed in (run there in an answer process of their own, :mod:`course.answer_process`, lesson 08's
+cells as handed in (run there in an answer process of their own, :mod:`course.grading.answer_process`, lesson 08's
 probes included), and the instructor's test cells (the job still carries what the notebook's checks recorded,
 which decides no grade). The grade of
 each test cell is what that pass finds; where it differs from the notebook's run, the report and the
@@ -110,7 +110,7 @@ def answer_cells(source_nb: dict) -> list[dict]:
         if magic.startswith(("%%cuda ", "%%metal ")):
             kind, names, kernel_file = magic[2:].split()[0], [magic.split()[1]], None
         elif str(course.get("source", "")).startswith("kernels/tt/"):
-            # TT-Lang (lesson 09): the cell is built again, gated, where the grade is decided (course.tt_answer).
+            # TT-Lang (lesson 09): the cell is built again, gated, where the grade is decided (course.lessons.tt_answer).
             kind, names, kernel_file = "tt", _defined_names(text), None
         elif str(course.get("source", "")).startswith("kernels/triton/") and not _learner_wrapper(course["source"]):
             # ``course.source`` may name the function too (``kernels/triton/02_online_softmax.py#merge``).
@@ -122,8 +122,8 @@ def answer_cells(source_nb: dict) -> list[dict]:
 
 
 def _recordings(graded_nb: dict, test_ids: set[str]) -> dict[str, dict]:
-    """What the test cells' checks recorded (course.recording), merged by exercise."""
-    from course.recording import MIME
+    """What the test cells' checks recorded (course.grading.recording), merged by exercise."""
+    from course.grading.recording import MIME
     merged: dict[str, dict] = {}
     for cell in graded_nb.get("cells", []):
         if _nbgrader(cell).get("grade_id") not in test_ids:
@@ -204,7 +204,7 @@ def build_job(source_nb: dict, graded_nb: dict) -> dict:
 
 def strip_recordings(notebook: dict) -> dict:
     """The notebook without the recordings' outputs (data for the re-check, nothing a learner reads)."""
-    from course.recording import MIME
+    from course.grading.recording import MIME
     for cell in notebook.get("cells", []):
         outputs = cell.get("outputs")
         if isinstance(outputs, list):
@@ -214,7 +214,7 @@ def strip_recordings(notebook: dict) -> dict:
 
 def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path | None,
                 time_limit: float, per_test: float = RECHECK_SECONDS_PER_TEST) -> Recheck:
-    """Run :mod:`course.recheck` on ``job`` in the sandbox (or unconfined when ``settings.isolate`` is off)."""
+    """Run :mod:`course.grading.recheck` on ``job`` in the sandbox (or unconfined when ``settings.isolate`` is off)."""
     if not job.get("tests"):  # nothing to judge: no sandbox to start
         return Recheck(kept=tuple(job.get("kept", ())), failed_before=tuple(job.get("failed_before", ())))
     result = _run(job, Path(scratch), settings, kernels_view, time_limit, per_test)
@@ -231,10 +231,10 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     workdir.mkdir(parents=True)
     outdir.mkdir()
     # The job (the hidden tests among it) goes in through a pipe, never as a file: the learner's answer process
-    # runs in the same sandbox, and the working folder stays empty. course.recheck reads it to the end before any
+    # runs in the same sandbox, and the working folder stays empty. course.grading.recheck reads it to the end before any
     # answer runs, and what a pipe held is gone once read.
     result = outdir / "result.json"
-    argv = [sys.executable, "-m", "course.recheck", "-", str(result), f"{per_test:g}"]
+    argv = [sys.executable, "-m", "course.grading.recheck", "-", str(result), f"{per_test:g}"]
     if settings.isolate:
         hand_over(outdir, sandbox_uid(workdir))
         argv = kernel_command(argv, settings, workdir, outdir, kernels_view)

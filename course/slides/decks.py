@@ -26,7 +26,7 @@ TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal", "tt": "TT
 
 def _one_core_runs(kernels: KernelSources) -> tuple:
     """The lesson-09 notebook's timeline input: the live one-core kernel with one and with two K/V buffers."""
-    from course import dataflow
+    from course.lessons import dataflow
     from course.kernels import load_triton_module
     import torch
     kernel = load_triton_module(str(kernels.path("tt/09_one_core.py"))).one_core_attention
@@ -39,7 +39,7 @@ def _one_core_runs(kernels: KernelSources) -> tuple:
 
 def _grid_run(kernels: KernelSources) -> tuple:
     """The lesson-09 notebook's grid picture input: the live grid kernel, causal, 256 × 256 at D = 64."""
-    from course import dataflow
+    from course.lessons import dataflow
     from course.kernels import load_triton_module
     import torch
     kernel = load_triton_module(str(kernels.path("tt/09_grid.py"))).grid_attention
@@ -63,13 +63,13 @@ CAUSAL = Figure("causal-tiles", "course.widgets.causal:causal_explorer", (("N_q"
 DQ_WRITERS = Figure("dq-writers", "course.widgets.backward:backward_explorer")
 TIMELINE_ONE = Figure("timeline-one-buffer", "course.widgets.dataflow:dataflow_timeline",
                       (("run", "1 buffer for K and V"),), inputs=_one_core_runs, kernels=("tt/09_one_core.py",),
-                      modules=("course.dataflow",))
+                      modules=("course.lessons.dataflow",))
 TIMELINE_TWO = Figure("timeline-two-buffers", "course.widgets.dataflow:dataflow_timeline",
                       (("run", "2 buffers for K and V"),), inputs=_one_core_runs, kernels=("tt/09_one_core.py",),
-                      modules=("course.dataflow",))
+                      modules=("course.lessons.dataflow",))
 DST = Figure("dst-budget", "course.widgets.dst:dst_explorer")
 CORE_GRID = Figure("core-grid", "course.widgets.dataflow:core_grid", inputs=_grid_run, kernels=("tt/09_grid.py",),
-                   modules=("course.dataflow",))
+                   modules=("course.lessons.dataflow",))
 
 PICTURES: dict[str, tuple[Figure, ...]] = {
     "00": (ROOFLINE,),

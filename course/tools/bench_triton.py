@@ -58,7 +58,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from course import roofline, tiers
+from course.models import roofline
+from course import tiers
 from course.paths import REPO
 from course.tracks.common import MAX_HEAD_DIM
 from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_MS, Timing, cuda_l2_flush,

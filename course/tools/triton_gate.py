@@ -53,7 +53,7 @@ __all__ = ["LESSONS", "TARGETS", "Matrix", "DEFAULT", "FULL", "Result", "GateRep
            "main"]
 
 from course.paths import KERNELS, PACKAGE_ROOT
-from course.processes import stop_group
+from course.grading.processes import stop_group
 from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
 from course.tiers import TESTED_TRITON as TESTED_TRITON_RANGE
 from course.tracks.table import exercises

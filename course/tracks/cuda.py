@@ -340,7 +340,7 @@ def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | No
     """Grade ``module`` as step ``exercise``: small cases under GRADING_LAUNCH with GRADING_TILES, then
     larger ones in a plain launch with the step's default tiles; O (and LSE where the step writes it)
     against the float64 oracle within the error budget. Returns the report; raises CheckFailed."""
-    from course.engines import check_attention
+    from course.grading.engines import check_attention
 
     step = STEPS[exercise]
     default_checked, default_plain = grading_cases(exercise)

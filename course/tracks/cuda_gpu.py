@@ -119,7 +119,7 @@ class Comparison:
     exercise: str
     case: Case
     max_difference: float     # max |other - reference| over O
-    allowed: float            # the error budget of the case (course.budget, as the grade uses it)
+    allowed: float            # the error budget of the case (course.grading.budget, as the grade uses it)
     worst_ratio: float        # the other run's error against the float64 oracle, as a fraction of the budget
 
     @property
@@ -133,7 +133,7 @@ def compare(exercise: str, reference: Runner, other: Runner, case: Case | None =
 
     ``other_device``: where ``other`` wants its inputs ("cuda" for a GpuRunner on torch CUDA tensors).
     """
-    from course.budget import attention_budget, plain_attention
+    from course.grading.budget import attention_budget, plain_attention
     from course.reference import attention
 
     case = case or COMPARE_CASES[exercise]
@@ -203,7 +203,7 @@ def _has_nvidia_gpu() -> bool:
 def gpu_leg_status() -> tuple[bool, str]:
     """(True, the launcher and GPU) when a checked CUDA kernel also runs on a GPU here; else (False, why not)."""
     from course import tiers
-    from course.recording import autograding
+    from course.grading.recording import autograding
     from course.simt import gpu
 
     if autograding():
@@ -231,7 +231,7 @@ def gpu_note(exercise: str, module: Any) -> str | None:
         return None
     ok, why = gpu_leg_status()
     if not ok:
-        from course.recording import autograding
+        from course.grading.recording import autograding
         return None if autograding() or not _has_nvidia_gpu() else f"GPU run skipped: {why}"
     from course.errors import CourseError
     from course.simt import gpu

@@ -427,7 +427,7 @@ def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | No
     with GRADING_LAUNCH (memcheck + racecheck, random schedule) and small tiles, then the larger ones in a
     plain launch with the default tiles. ``device="gpu"`` runs the plain launches on a Mac's GPU instead
     (the checking modes exist only on the CPU runtime). Returns the report; raises CheckFailed."""
-    from course.engines import check_attention, check_backward
+    from course.grading.engines import check_attention, check_backward
 
     default_checked, default_plain = grading_cases(exercise)
     checked_cases = default_checked if checked_cases is None else list(checked_cases)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from course.roofline import BACKWARD_MATMULS
+from course.models.roofline import BACKWARD_MATMULS
 from course.widgets.base import interactive, show
 
 __all__ = ["DESIGNS", "GRADIENTS", "DqWriters", "dq_writers", "backward_explorer",
@@ -26,7 +26,7 @@ DESIGNS = ("atomic", "split")
 GRADIENTS = ("dq", "dk", "dv")
 LABELS = {"dq": "dQ", "dk": "dK", "dv": "dV"}
 
-# Matrix products per (query block, key block) pair, counted once for the course in course.roofline:
+# Matrix products per (query block, key block) pair, counted once for the course in course.models.roofline:
 # 5 with dQ added in the dK/dV loop, 4 + 3 = 7 when a dQ kernel recomputes S and dP for itself.
 MATMULS = {design: BACKWARD_MATMULS[design] for design in DESIGNS}
 

@@ -25,7 +25,7 @@ def interactive(builder):
     """Wrap a widget builder so that it draws nothing under nbgrader (see NotWhileGrading)."""
     @functools.wraps(builder)
     def build(*args, **kwargs):
-        from course.recording import autograding
+        from course.grading.recording import autograding
         if autograding():
             return NotWhileGrading(builder.__name__)
         return builder(*args, **kwargs)

@@ -1,6 +1,6 @@
 """Lesson 06: which tiles a causal kernel skips, which it computes whole, and which it masks.
 
-The tile kinds, their counts and each program's work come from :mod:`course.causal` (the course's
+The tile kinds, their counts and each program's work come from :mod:`course.models.causal` (the course's
 conventions: query ``i`` sees key ``j`` when ``j <= i + offset``, with ``offset = Nk - Nq`` bottom-right
 and ``0`` top-left); this module adds what the picture needs on top: how many FLOPs the computed tiles
 cost, how much of the score matrix is really visible, and how evenly two ways of dealing query tiles
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course import causal
+from course.models import causal
 from course.widgets.base import interactive, show
 
 __all__ = ["CausalPicture", "causal_picture", "causal_explorer"]

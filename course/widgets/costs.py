@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course import roofline
+from course.models import roofline
 from course.widgets.base import DTYPES, GIB, human_bytes, interactive, show
 
 __all__ = ["ScoreMatrixCost", "score_matrix_cost", "score_matrix_explorer", "roofline_points", "roofline_explorer"]

@@ -1,7 +1,7 @@
 """Lesson 09: what each kernel of a Tensix core did on TT-Lang's simulator, tick by tick, and how evenly the cores
 of a grid shared the key tiles.
 
-Everything here reads the trace of a :class:`course.dataflow.Run`; nothing launches a kernel. How to read a tick:
+Everything here reads the trace of a :class:`course.lessons.dataflow.Run`; nothing launches a kernel. How to read a tick:
 the simulator's scheduler resumes one kernel per tick (on the whole grid, not per core), and that kernel runs
 until its next ``reserve()``, ``wait()`` or wait on a copy, where it always hands the tick on (TT-Lang's "fair"
 scheduler yields at every synchronisation point). So between two of its ticks a kernel is either
@@ -91,7 +91,7 @@ def _grid(run, cores) -> tuple[int, int]:
 
 
 def timeline_data(run) -> dict:
-    """What a run's kernels did, tick by tick, as plain data (``run`` is a :class:`course.dataflow.Run`).
+    """What a run's kernels did, tick by tick, as plain data (``run`` is a :class:`course.lessons.dataflow.Run`).
 
     Returns a dict:
 
@@ -233,7 +233,7 @@ def dataflow_timeline(runs):
     """Lesson 09: each kernel of a core over the scheduler's ticks (running, ready, or blocked on which buffer),
     and how full the K/V buffers were.
 
-    ``runs`` is a :class:`course.dataflow.Run` or a dict label -> Run (e.g. one buffer against two for K/V).
+    ``runs`` is a :class:`course.lessons.dataflow.Run` or a dict label -> Run (e.g. one buffer against two for K/V).
     Controls: the core (when a run has several), the window of ticks (whole run or a quarter), the run, and one
     more buffer to plot under K and V.
     """
@@ -244,7 +244,7 @@ def dataflow_timeline(runs):
     if hasattr(runs, "events"):
         runs = {"run": runs}
     if not isinstance(runs, dict) or not runs or not all(hasattr(r, "events") for r in runs.values()):
-        raise ValueError("runs must be a Run from course.dataflow.run, or a non-empty dict from label to Run.")
+        raise ValueError("runs must be a Run from course.lessons.dataflow.run, or a non-empty dict from label to Run.")
     data = {label: timeline_data(r) for label, r in runs.items()}
     # every core of the largest grid, including any that ran nothing
     cores = max(max(d["grid"][0] * d["grid"][1], max(d["cores"], default=0) + 1) for d in data.values())

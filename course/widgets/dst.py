@@ -1,7 +1,7 @@
 """Lesson 09: why DST, the math unit's register file of 4 to 16 tiles, shapes the tiling of one FlashAttention step.
 
 The widget launches a small TT-Lang operation on the simulator for every size it shows and reads what
-:mod:`course.dst` counts: the tiles each ``store`` keeps live in DST. The operation is one plain attention step on
+:mod:`course.lessons.dst` counts: the tiles each ``store`` keeps live in DST. The operation is one plain attention step on
 one block (not the online-softmax update of the lesson's exercise: no running max, no rescaling across K/V tiles):
 ``rows`` query tiles against ``rows`` key tiles, head dim D = 32 · ``d_tiles``, so Q, K, V and O are
 rows × d_tiles tiles and S and P rows × rows tiles::
@@ -21,7 +21,7 @@ import math
 import textwrap
 from dataclasses import dataclass
 
-from course import dst
+from course.lessons import dst
 from course.widgets.base import interactive, show
 
 __all__ = ["MODES", "StepCount", "BlockStep", "block_step_source", "block_step", "largest_fitting_rows",
@@ -48,7 +48,7 @@ class StepCount:
 
 @dataclass(frozen=True)
 class BlockStep:
-    """What the simulator ran and :mod:`course.dst` counted for one size: the steps in the kernel's order, and
+    """What the simulator ran and :mod:`course.lessons.dst` counted for one size: the steps in the kernel's order, and
     how far O is from PyTorch's ``softmax(Q Kᵀ / √D) V`` on the same (bfloat16) inputs."""
     rows: int
     d_tiles: int
@@ -139,7 +139,7 @@ def block_step(rows: int, d_tiles: int, split: bool) -> BlockStep:
     takes a tenth of a second, a slider move should not)."""
     import torch
 
-    from course import dataflow
+    from course.lessons import dataflow
     source = block_step_source(rows, d_tiles, split)
     # A file name of its own: the census keys steps by (file, line), and the line tells which step it is.
     filename = f"<dst_explorer: {'split' if split else 'fused'} step, rows={rows}, d_tiles={d_tiles}>"
@@ -224,7 +224,7 @@ def _summary(step: BlockStep, dtype_bits: int, full_sync: bool) -> list[str]:
     if not fits:
         lines.append(_remedy(step, dtype_bits, full_sync))
     lines.append(f"The simulator's O is within {step.error:.1e} of PyTorch's softmax(QKᵀ/√D)·V. Counted with "
-                 "course/dst.py: a value computed in a step holds its tiles until its last reader is done; blocks "
+                 "course/lessons/dst.py: a value computed in a step holds its tiles until its last reader is done; blocks "
                  "read from a buffer take none.")
     return lines
 
@@ -239,7 +239,7 @@ def dst_explorer():
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    from course import dataflow
+    from course.lessons import dataflow
     dataflow.simulator()  # without it, say so now in the course's sentence, not in a traceback at each redraw
     rows = w.IntSlider(value=2, min=1, max=MAX_ROWS, description="rows", continuous_update=False)
     d_tiles = w.Dropdown(options=[(str(TILE * n), n) for n in range(1, MAX_D_TILES + 1)], value=2, description="D")

@@ -1,11 +1,11 @@
-"""Lesson 05: which lane of the warp holds which element of a matrix fragment (measured, see course.fragments)."""
+"""Lesson 05: which lane of the warp holds which element of a matrix fragment (measured, see course.models.fragments)."""
 from __future__ import annotations
 
 import html
 
 import numpy as np
 
-from course.fragments import FRAGMENTS, LANES, fragment_map, lane_cells, owner_text
+from course.models.fragments import FRAGMENTS, LANES, fragment_map, lane_cells, owner_text
 from course.widgets.base import interactive, show
 
 __all__ = ["lane_colours", "fragment_explorer"]

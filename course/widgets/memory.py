@@ -1,6 +1,6 @@
 """Lesson 04: where a warp's 32 lanes land in memory, and what a second tile buffer buys.
 
-The numbers come from :mod:`course.memory_model` (sectors, bank conflicts, the tile pipeline); this
+The numbers come from :mod:`course.models.memory_model` (sectors, bank conflicts, the tile pipeline); this
 module only turns them into pictures.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course import memory_model as mm
+from course.models import memory_model as mm
 from course.widgets.base import interactive, show
 
 __all__ = ["MemoryPicture", "memory_picture", "memory_access_explorer", "pipeline_explorer"]

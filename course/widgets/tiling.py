@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course import roofline
+from course.models import roofline
 from course.widgets.base import DTYPES, human_bytes, interactive, show
 
 __all__ = ["TilingStep", "tiling_inputs", "tiling_scores", "tiling_trace", "hbm_bytes",
@@ -134,7 +134,7 @@ def hbm_bytes(n: int, d: int, block_m: int, bytes_per_element: int) -> dict[str,
     """Global-memory bytes of one head's forward pass at N queries and N keys, three ways.
 
     - ``naive``: the lesson-01 kernel (one program per query row, reading K twice and V once), plus writing O;
-    - ``tiled``: the lesson-03 kernel with BLOCK_M query rows per program (:func:`course.roofline.tiled_kernel_bytes`);
+    - ``tiled``: the lesson-03 kernel with BLOCK_M query rows per program (:func:`course.models.roofline.tiled_kernel_bytes`);
     - ``ideal``: a fused kernel that reads Q, K, V once and writes O once.
     """
     _positive(n=n, d=d, block_m=block_m, bytes_per_element=bytes_per_element)

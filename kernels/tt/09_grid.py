@@ -21,7 +21,7 @@
 #     .venv/bin/python kernels/tt/09_grid.py
 import math
 
-from course.dataflow import simulator
+from course.lessons.dataflow import simulator
 
 ttl, ttnn = simulator()
 

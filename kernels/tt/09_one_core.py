@@ -16,7 +16,7 @@
 # the way a GPU thread's do: m, l and acc go round through buffers of their own, each step waiting on
 # the old value and reserving a slot for the new one. Every `store` is one step through DST, the math
 # unit's register file of 8 tiles (16-bit data, double-buffered), which is why S, P, α and P·V are
-# stored to buffers of their own rather than fused into one long expression (see `course/dst.py`):
+# stored to buffers of their own rather than fused into one long expression (see `course/lessons/dst.py`):
 # at D = 128, `acc * α + P @ V` in one step would hold α broadcast, the product and P·V, 4 tiles
 # each, 12 in all; split in two steps, neither holds more than 8.
 #
@@ -30,7 +30,7 @@
 #     .venv/bin/python kernels/tt/09_one_core.py
 import math
 
-from course.dataflow import simulator
+from course.lessons.dataflow import simulator
 
 ttl, ttnn = simulator()
 

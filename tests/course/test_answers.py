@@ -1,4 +1,4 @@
-"""A failed cell leaves nothing stale behind, and an unfinished exercise reads as one sentence (course.answers)."""
+"""A failed cell leaves nothing stale behind, and an unfinished exercise reads as one sentence (course.grading.answers)."""
 from __future__ import annotations
 
 import pytest
@@ -6,14 +6,14 @@ from IPython.terminal.interactiveshell import TerminalInteractiveShell
 from IPython.testing.globalipapp import start_ipython
 
 import course
-from course.answers import FailedCell, names_bound_by, unfinished_sentence
+from course.grading.answers import FailedCell, names_bound_by, unfinished_sentence
 
 
 @pytest.fixture()
 def shell(capsys):
     start_ipython()  # once per process; later calls return None
     ip = TerminalInteractiveShell.instance()
-    course.answers.install(ip)  # `import course` installs it only when IPython is running at import time
+    course.grading.answers.install(ip)  # `import course` installs it only when IPython is running at import time
     ip.run_cell("import course")
     before = set(ip.user_ns)
     yield ip
@@ -95,5 +95,5 @@ def test_unfinished_sentence_looks_through_wrapping_errors():
 
 def test_installing_twice_registers_once(shell):
     before = len(shell.events.callbacks["post_run_cell"])
-    course.answers.install(shell)
+    course.grading.answers.install(shell)
     assert len(shell.events.callbacks["post_run_cell"]) == before

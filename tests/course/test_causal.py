@@ -1,10 +1,10 @@
-"""course.causal: the three kinds of causal tiles, counted and dealt to programs."""
+"""course.models.causal: the three kinds of causal tiles, counted and dealt to programs."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from course.causal import program_work, tile_counts, tile_kind
+from course.models.causal import program_work, tile_counts, tile_kind
 
 
 @pytest.mark.parametrize("tiles_a_side", [1, 2, 5, 64])

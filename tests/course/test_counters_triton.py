@@ -1,4 +1,4 @@
-"""course.counters on Triton's interpreter: bytes loaded and stored per program and per tensor, counting only
+"""course.grading.counters on Triton's interpreter: bytes loaded and stored per program and per tensor, counting only
 the elements a mask lets through; and course.check("03.tiled_bytes", ..., kernel=...), which grades the traffic
 formula against what the learner's own kernel was measured to move (Triton, CUDA C and Metal)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 import course
-from course import roofline
-from course.counters import MEASURED_SIZE, check_measured
+from course.models import roofline
+from course.grading.counters import MEASURED_SIZE, check_measured
 from course.errors import CheckFailed
 from course.kernels import kernel_path
 from course.simt import RawModule
@@ -65,7 +65,7 @@ def right_formula(n_q, n_k, d, block_m, bytes_per_element):  # written out: an a
 
 def test_only_elements_a_mask_lets_through_are_counted_per_program_and_tensor():
     x = torch.arange(70, dtype=torch.float32)
-    c = course.counters(scale, x)
+    c = course.grading.counters(scale, x)
     (launch,) = c.launches
     assert launch.grid == (3, 1, 1) and c.metrics["course__programs"] == 3
     assert c.by_tensor["x_ptr"]["load_bytes"] == 4 * 70  # not 3 x 32 x 4: the last program's 26 masked lanes
@@ -78,7 +78,7 @@ def test_only_elements_a_mask_lets_through_are_counted_per_program_and_tensor():
 
 def test_atomics_are_counted_apart_from_loads_and_stores():
     x = torch.ones(70)
-    c = course.counters(total, x)
+    c = course.grading.counters(total, x)
     assert c.by_tensor["total_ptr"] == {**c.by_tensor["total_ptr"], "atomic_bytes": 3 * 4, "store_bytes": 0}
     assert c.metrics["course__global_atom_thread_bytes"] == 12 and c.metrics["course__global_ld_thread_bytes"] == 280
 
@@ -86,7 +86,7 @@ def test_atomics_are_counted_apart_from_loads_and_stores():
 def test_the_tiled_kernel_moves_exactly_the_lesson_formula(tiled):
     n_q, n_k, d = MEASURED_SIZE["n_q"], MEASURED_SIZE["n_k"], MEASURED_SIZE["d"]
     q, k, v = course.make_qkv(n_q, d, n_k=n_k, seed=3)
-    c = course.counters(tiled, q, k, v)
+    c = course.grading.counters(tiled, q, k, v)
     (launch,) = c.launches
     block_m = launch.constants["BLOCK_M"]
     programs = -(-n_q // block_m)

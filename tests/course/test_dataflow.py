@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from course import dataflow, dst
+from course.lessons import dataflow, dst
 from course.errors import CheckFailed
 from course.kernels import read_region, read_source
 from course.paths import REPO
@@ -36,7 +36,7 @@ def qkv(n_q, n_k, d, seed=0):
 
 
 def test_importing_the_simulator_leaves_torch_dtypes_alone():
-    code = ("import torch; from course.dataflow import simulator; ttl, ttnn = simulator(); "
+    code = ("import torch; from course.lessons.dataflow import simulator; ttl, ttnn = simulator(); "
             "assert torch.bfloat16 is not torch.float32 and torch.float16 is not torch.float32; "
             "assert torch.ones(2, dtype=torch.bfloat16).element_size() == 2; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -165,7 +165,7 @@ def test_a_stub_says_not_implemented():
     stub = module_of("09_one_core", **{"                        with s_buf.wait() as s_blk, m_buf.wait() as m_old:":
                                        "                        raise NotImplementedError()\n"
                                        "                        with s_buf.wait() as s_blk, m_buf.wait() as m_old:"})
-    from course.answers import NotFinished
+    from course.grading.answers import NotFinished
     import course
     with pytest.raises(NotFinished, match="runs `one_core_attention`, which is not finished yet"):
         dataflow.run(stub.one_core_attention, *qkv(32, 32, 32))
@@ -215,7 +215,7 @@ CHEATS = {
 
 @pytest.mark.parametrize("cheat", sorted(CHEATS))
 def test_the_gate_refuses_what_is_not_tt_lang(cheat):
-    from course.tt_answer import build, gate
+    from course.lessons.tt_answer import build, gate
     old, new = CHEATS[cheat]
     cell = read_region("tt/09_one_core", "operation")
     assert old in cell
@@ -235,8 +235,8 @@ def test_the_gate_refuses_what_is_not_tt_lang(cheat):
 
 
 def test_the_recheck_builds_tt_cells_behind_the_gate():
-    from course.recheck import run_job
-    setup = "import math\nimport torch\nimport course\nfrom course.dataflow import simulator\nttl, ttnn = simulator()"
+    from course.grading.recheck import run_job
+    setup = "import math\nimport torch\nimport course\nfrom course.lessons.dataflow import simulator\nttl, ttnn = simulator()"
     plan, grid = read_region("tt/09_grid", "plan"), read_region("tt/09_grid", "operation")
     tests = [{"cell": "test_assign", "source": 'course.check("09.grid_assignment", assign_query_tiles)'},
              {"cell": "test_grid", "source": 'course.check("09.grid_causal_tt", grid_attention)'}]

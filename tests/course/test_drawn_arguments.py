@@ -20,7 +20,7 @@ import course
 from course.errors import CheckFailed
 from course.exercises import DRAWS, ENUMERATED, EXERCISES, drawn_arguments
 from course.paths import SOLUTIONS
-from course.recording import Replay
+from course.grading.recording import Replay
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
 # Numeric exercises whose lesson's hidden tests do not draw yet; the list may only shrink.

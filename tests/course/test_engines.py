@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import course
-from course.engines import check_attention, check_backward, check_merge_states, check_softmax
+from course.grading.engines import check_attention, check_backward, check_merge_states, check_softmax
 from course.errors import CheckFailed
 from course.inputs import Case
 
@@ -101,7 +101,7 @@ def test_racecheck_catches_a_plain_read_modify_write_between_programs():
     import triton
     import triton.language as tl
 
-    from course.racecheck import RaceError, racecheck
+    from course.grading.racecheck import RaceError, racecheck
 
     @triton.jit
     def column_sums(x_ptr, out_ptr, n, ATOMIC: tl.constexpr, BLOCK: tl.constexpr):
@@ -131,6 +131,6 @@ def test_racecheck_catches_a_plain_read_modify_write_between_programs():
         out = torch.zeros(x.shape[-1])
         column_sums[(x.shape[0],)](x, out, x.shape[-1], ATOMIC=False, BLOCK=16)
         return out
-    from course.engines import _call
+    from course.grading.engines import _call
     with pytest.raises(CheckFailed, match="data race(.|\n)*tl.store\\(out_ptr"):
         _call("t", racy_sum, (x,), {}, "a 4×10 input", race=True)

@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 
-from course.fragments import FRAGMENTS, experiment_source, fragment_map, lane_cells, owner_text
+from course.models.fragments import FRAGMENTS, experiment_source, fragment_map, lane_cells, owner_text
 from course.simt import RawModule
 from widget_support import first_widget
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import course
-from course import roofline
-from course.engines import check_attention, check_backward, check_merge_states, check_softmax
+from course.models import roofline
+from course.grading.engines import check_attention, check_backward, check_merge_states, check_softmax
 from course.errors import CheckFailed
 from course.inputs import Case
 

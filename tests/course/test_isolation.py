@@ -8,7 +8,7 @@ import pytest
 
 import course
 from course.errors import CheckFailed
-from course.isolation import can_isolate, run_isolated
+from course.grading.isolation import can_isolate, run_isolated
 
 pytestmark = pytest.mark.skipif(not can_isolate(), reason="fork isolation needs Linux without an initialised CUDA context")
 
@@ -34,7 +34,7 @@ def test_a_crashing_kernel_names_the_case(naive_module):
         return naive_module.naive_attention(q, k, v, scale)
     # The exercise's own run (course.check would launch the course's wrapper, not this function).
     from course.exercises import EXERCISES
-    from course.isolation import run_isolated
+    from course.grading.isolation import run_isolated
     with pytest.raises(CheckFailed) as info:
         run_isolated(lambda: EXERCISES["01.naive_triton"].run(crashing_attention), "01.naive_triton")
     message = str(info.value)

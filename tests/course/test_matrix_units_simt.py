@@ -1,4 +1,4 @@
-"""Lesson 05's technique on the CUDA C and Metal tracks, measured (course.measured.matrix_units_simt): both
+"""Lesson 05's technique on the CUDA C and Metal tracks, measured (course.grading.measured.matrix_units_simt): both
 products of every key tile go through matrix operations, on 16-bit operands.
 
 The CPU runtime's counters mode counts every wmma::mma_sync and simdgroup_multiply_accumulate a launch
@@ -15,7 +15,7 @@ import torch
 import course
 from autograder.corpora.wrong import apply_edits
 from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
-from course import measured
+from course.grading import measured
 from course.errors import CheckFailed
 from course.kernels import kernel_path, read_source
 from course.simt import RawModule

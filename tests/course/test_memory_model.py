@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from course import memory_model as mm
+from course.models import memory_model as mm
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 import course
 from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
-from course.engines import untouched_stub
+from course.grading.engines import untouched_stub
 from course.errors import CheckFailed
 from course.simt.magic import _compile_cell
 from course.tools.sync import cell_text_for
@@ -67,7 +67,7 @@ import numpy as np, torch
 import course
 from course.errors import CheckFailed
 if sys.argv[1] == "unsilenced":
-    import course.engines as engines, course.exercises as exercises, course.isolation as isolation
+    import course.grading.engines as engines, course.exercises as exercises, course.grading.isolation as isolation
     engines.quiet = exercises.quiet = contextlib.nullcontext
     isolation.warnings = type("NoFilter", (), {"simplefilter": staticmethod(lambda *a, **k: None)})
 

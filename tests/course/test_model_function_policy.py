@@ -1,6 +1,6 @@
 """The course's own model functions as answers: each numeric exercise says which it may use, and a refused one fails.
 
-course.roofline, course.causal, course.memory_model, course.fragments, ... compute exactly what some numeric
+course.models.roofline, course.models.causal, course.models.memory_model, course.models.fragments, ... compute exactly what some numeric
 exercises ask. course.exercises.MODEL_POLICY declares, per exercise, the functions the lesson hands out and the
 ones its answer may not use. A refused use fails the check with one sentence naming the function and why,
 where the answer runs (a profile hook sees it, however it was imported or called) and where the grade is
@@ -23,8 +23,8 @@ from autograder.corpora.hostile import make_submission
 from course import exercises
 from course.errors import CheckFailed
 from course.exercises import DRAWS, ENUMERATED, EXERCISES, MODEL_POLICY
-from course.measured import model_function, model_references
-from course.recording import Replay
+from course.grading.measured import model_function, model_references
+from course.grading.recording import Replay
 
 # The cheating corpus's answers rewritten around the refused course function, one per exercise: right on every
 # argument, so only the policy can fail them (autograder/corpora/cheating; lesson 01's are also graded there).
@@ -78,43 +78,43 @@ def test_an_answer_that_uses_the_course_model_is_refused_with_one_sentence(exerc
 
 def test_the_lessons_allowed_functions_pass():
     def flash_intensity(n, d, bytes_per_element):  # what lesson 00 tells the learner to do for the FLOPs
-        return course.roofline.attention_flops(n, n, d) / ((2 * n * d + 2 * n * d) * bytes_per_element)
+        return course.models.roofline.attention_flops(n, n, d) / ((2 * n * d + 2 * n * d) * bytes_per_element)
     course.check("00.flash_intensity", flash_intensity)
 
     def rows_per_step(operands, block_cols, dtype_bits, full_sync):
-        return course.dst.capacity(dtype_bits, full_sync) // (operands * block_cols)
+        return course.lessons.dst.capacity(dtype_bits, full_sync) // (operands * block_cols)
     course.check("09.rows_per_step", rows_per_step)
 
 
 # Ways to reach lesson 01's count: every one is refused while the answer runs (the text is out of reach).
 SPELLINGS = {
-    "module alias": "import course.roofline as r\ndef naive_bytes_read(n, d, dtype):\n"
+    "module alias": "import course.models.roofline as r\ndef naive_bytes_read(n, d, dtype):\n"
                     "    return r.naive_kernel_bytes_read(n, n, d, r.element_size(dtype))\n",
     "from course import": "from course import roofline\ndef naive_bytes_read(n, d, dtype):\n"
                           "    return roofline.naive_kernel_bytes_read(n, n, d, roofline.element_size(dtype))\n",
-    "function alias": "from course.roofline import naive_kernel_bytes_read as f, element_size\n"
+    "function alias": "from course.models.roofline import naive_kernel_bytes_read as f, element_size\n"
                       "def naive_bytes_read(n, d, dtype):\n    return f(n, n, d, element_size(dtype))\n",
-    "helper": "def helper(n, d, size):\n    return course.roofline.naive_kernel_bytes_read(n, n, d, size)\n"
+    "helper": "def helper(n, d, size):\n    return course.models.roofline.naive_kernel_bytes_read(n, n, d, size)\n"
               "def naive_bytes_read(n, d, dtype):\n    return helper(n, d, torch.empty(0, dtype=dtype).element_size())\n",
-    "getattr": "def naive_bytes_read(n, d, dtype):\n    f = getattr(course.roofline, 'naive_' + 'kernel_bytes_read')\n"
-               "    return f(n, n, d, course.roofline.element_size(dtype))\n",
+    "getattr": "def naive_bytes_read(n, d, dtype):\n    f = getattr(course.models.roofline, 'naive_' + 'kernel_bytes_read')\n"
+               "    return f(n, n, d, course.models.roofline.element_size(dtype))\n",
     "another course function": "import functools\ndef naive_bytes_read(n, d, dtype):\n"
-                               "    return functools.partial(course.roofline.naive_kernel_bytes_read, n, n)(d, "
-                               "course.roofline.element_size(dtype))\n",
+                               "    return functools.partial(course.models.roofline.naive_kernel_bytes_read, n, n)(d, "
+                               "course.models.roofline.element_size(dtype))\n",
 }
 
 
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_every_way_of_calling_the_model_is_seen_while_the_answer_runs(spelling, capsys):
     answer = _define("01.naive_bytes_read", SPELLINGS[spelling])
-    with pytest.raises(CheckFailed, match=_sentence("01.naive_bytes_read", "course.roofline.naive_kernel_bytes_read")):
+    with pytest.raises(CheckFailed, match=_sentence("01.naive_bytes_read", "course.models.roofline.naive_kernel_bytes_read")):
         course.check("01.naive_bytes_read", answer)
 
 
 def test_an_answer_that_replaces_the_watch_is_refused(capsys):
     answer = _define("01.naive_bytes_read", "import sys\ndef naive_bytes_read(n, d, dtype):\n    sys.setprofile(None)\n"
-                                            "    return course.roofline.naive_kernel_bytes_read(n, n, d, "
-                                            "course.roofline.element_size(dtype))\n")
+                                            "    return course.models.roofline.naive_kernel_bytes_read(n, n, d, "
+                                            "course.models.roofline.element_size(dtype))\n")
     with pytest.raises(CheckFailed, match="replaced the profile hook"):
         course.check("01.naive_bytes_read", answer)
 
@@ -127,9 +127,9 @@ def test_the_text_names_the_model_through_any_import_and_not_a_namesake():
     own = "def naive_kernel_bytes_read(n, d):\n    return n * d\ndef naive_bytes_read(n, d, dtype):\n" \
           "    return naive_kernel_bytes_read(n, d)\n"
     assert model_references(own, refused) == []
-    # 06.tile_counts: the learner's function has the model's name; only course.causal's is refused.
+    # 06.tile_counts: the learner's function has the model's name; only course.models.causal's is refused.
     assert model_references(MODEL_ANSWERS["06.tile_counts"][2], MODEL_POLICY["06.tile_counts"].refused) \
-        == ["course.causal.tile_counts"]
+        == ["course.models.causal.tile_counts"]
     assert model_references("def tile_counts(n_q, n_k, m, n):\n    return tile_counts(1, 1, 1, 1)\n",
                             MODEL_POLICY["06.tile_counts"].refused) == []
 
@@ -138,7 +138,7 @@ def test_a_function_with_its_text_known_is_refused_before_it_runs(tmp_path, caps
     """In a notebook the cell's text is in linecache: a use in a branch the check never takes is refused too."""
     path = tmp_path / "cell.py"
     path.write_text("def naive_bytes_read(n, d, dtype):\n    if n < 0:\n"
-                    "        return course.roofline.naive_kernel_bytes_read(n, n, d, 4)\n"
+                    "        return course.models.roofline.naive_kernel_bytes_read(n, n, d, 4)\n"
                     "    return torch.empty(0, dtype=dtype).element_size() * n * (d + 3 * n * d)\n")
     answer = _define("01.naive_bytes_read", path.read_text(), file=str(path))
     with pytest.raises(CheckFailed, match=_sentence("01.naive_bytes_read")):
@@ -163,7 +163,7 @@ def _recorded(exercise: str, answer, monkeypatch) -> dict:
 
 def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_nothing(monkeypatch, capsys, repo):
     from course import track_choice
-    from course.recheck import run_job
+    from course.grading.recheck import run_job
     monkeypatch.setattr(track_choice, "STOP_AT_FIRST_PASS", track_choice.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts the state back
     exercise, test = "01.naive_bytes_read", 'course.check("01.naive_bytes_read", naive_bytes_read)'
@@ -173,10 +173,10 @@ def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_not
            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"], "source": cell}],
            "recordings": recordings}
     result = run_job(job)["test_naive_bytes_read"]
-    assert not result["passed"] and re.match(_sentence(exercise, "course.roofline.naive_kernel_bytes_read"),
+    assert not result["passed"] and re.match(_sentence(exercise, "course.models.roofline.naive_kernel_bytes_read"),
                                              result["message"]), result
     # Control: the lesson's own answer cell, which counts the reads itself, passes; it runs in the re-check's
-    # answer process (course.answer_process), so the recordings no longer decide.
+    # answer process (course.grading.answer_process), so the recordings no longer decide.
     solution = nbformat.read(repo / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb", as_version=4)
     job["answers"][0]["source"] = next(c.source for c in solution.cells
                                        if c.metadata.get("nbgrader", {}).get("grade_id") == "naive_bytes_read")
@@ -191,5 +191,5 @@ def test_a_replay_without_the_answer_text_is_graded_on_its_answers(capsys):
     course.check("07.backward_flops", Replay("backward_flops", recordings))
     replay = Replay("backward_flops", recordings)
     replay.answer_source = MODEL_ANSWERS["07.backward_flops"][2]
-    with pytest.raises(CheckFailed, match=_sentence("07.backward_flops", "course.roofline.backward_flops")):
+    with pytest.raises(CheckFailed, match=_sentence("07.backward_flops", "course.models.roofline.backward_flops")):
         course.check("07.backward_flops", replay)

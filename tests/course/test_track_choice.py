@@ -35,6 +35,6 @@ def test_a_failing_practice_track_shows_its_whole_race_report(capsys):
 
 def test_a_practice_track_not_started_is_one_line(capsys):
     cuda = RawModule(path=kernel_path("cuda/03_tiled"), compile_now=None)
-    course.check_tracks("03.tiled", cuda=cuda, metal=course.answers.FailedCell("tiled_metal", "not implemented yet"))
+    course.check_tracks("03.tiled", cuda=cuda, metal=course.grading.answers.FailedCell("tiled_metal", "not implemented yet"))
     out = capsys.readouterr().out
     assert out.rstrip().endswith("practice, not graded: Metal: not started"), out

@@ -1,4 +1,4 @@
-"""The interpreter's memcheck (course.racecheck): accesses outside every tensor argument stop before they run,
+"""The interpreter's memcheck (course.grading.racecheck): accesses outside every tensor argument stop before they run,
 masked-off lanes and descriptor padding raise nothing, and an output with elements no store reached is named.
 
 Out-of-bounds accesses go to views of a larger buffer, so that with the check switched off they land in memory
@@ -14,9 +14,9 @@ import triton.language as tl
 
 import course
 from course import Case
-from course.engines import check_attention
+from course.grading.engines import check_attention
 from course.errors import CheckFailed
-from course.racecheck import OutOfBounds, Unwritten, Written, interpreter_checks
+from course.grading.racecheck import OutOfBounds, Unwritten, Written, interpreter_checks
 
 pytestmark = pytest.mark.skipif(not course.tiers.triton_interpreted(),
                                 reason="the memcheck watches Triton's interpreter")

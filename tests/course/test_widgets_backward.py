@@ -219,8 +219,8 @@ def lab_runs():
 
 
 def test_while_grading_the_builders_draw_nothing(monkeypatch):
-    import course.recording
-    monkeypatch.setattr(course.recording, "autograding", lambda: True)
+    import course.grading.recording
+    monkeypatch.setattr(course.grading.recording, "autograding", lambda: True)
     for builder, args in ((backward_explorer, ()), (determinism_view, (lab_runs(),))):
         placeholder = builder(*args)
         assert isinstance(placeholder, NotWhileGrading)

@@ -9,7 +9,7 @@ import itertools
 import pytest
 import torch
 
-from course.causal import TileCounts
+from course.models.causal import TileCounts
 from course.reference import causal_mask
 from course.widgets.base import NotWhileGrading
 from course.widgets.causal import CausalPicture, causal_explorer, causal_picture

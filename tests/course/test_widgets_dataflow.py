@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from course import dataflow
-from course.dataflow import Event, Run
+from course.lessons import dataflow
+from course.lessons.dataflow import Event, Run
 from course.widgets.base import NotWhileGrading
 from course.widgets.dataflow import CoreLoad, core_grid, core_load, dataflow_timeline, timeline_data
 from widget_support import first_widget, move_first_slider
@@ -233,8 +233,8 @@ def test_the_grid_kernels_cores_consume_every_causal_k_tile_once():
 
 
 def test_while_grading_the_builders_draw_nothing(monkeypatch):
-    import course.recording
-    monkeypatch.setattr(course.recording, "autograding", lambda: True)
+    import course.grading.recording
+    monkeypatch.setattr(course.grading.recording, "autograding", lambda: True)
     run = synthetic_run(hand_trace(), BUFFERS)
     for builder in (dataflow_timeline, core_grid):
         assert isinstance(builder(run), NotWhileGrading)

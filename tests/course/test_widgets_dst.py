@@ -1,12 +1,12 @@
 """Lesson 09's DST explorer: the counts it launches for, against counts worked out by hand from the rules of
-course/dst.py and against the notebook's fused_block_step; the text's verdicts; and the widget contract."""
+course/lessons/dst.py and against the notebook's fused_block_step; the text's verdicts; and the widget contract."""
 from __future__ import annotations
 
 import pathlib
 
 import pytest
 
-from course import dataflow, dst
+from course.lessons import dataflow, dst
 from course.widgets.base import NotWhileGrading
 from course.widgets.dst import block_step, block_step_source, dst_explorer, largest_fitting_rows
 from widget_support import first_widget, move_first_slider
@@ -17,7 +17,7 @@ SIZES = [(r, d) for r in range(1, 5) for d in range(1, 5)]
 
 
 def fused_by_hand(r: int, d: int) -> int:
-    """Peak of the one-store step, following course/dst.py's rules value by value (r rows, d head-dim tiles):
+    """Peak of the one-store step, following course/lessons/dst.py's rules value by value (r rows, d head-dim tiles):
     Kᵀ and Q·Kᵀ; then Q·Kᵀ, the filled scale and S; then S, m and its broadcast; S, the broadcast and S − m;
     then P, l and P·V; then P·V, 1/l broadcast and O."""
     return max(r * d + r * r, 3 * r * r, 2 * r * r + r, r * r + r + r * d, 3 * r * d)
@@ -137,6 +137,6 @@ def test_the_largest_block_that_fits_as_the_text_states_it(monkeypatch, drawn, d
 
 
 def test_while_grading_it_draws_nothing(monkeypatch):
-    import course.recording
-    monkeypatch.setattr(course.recording, "autograding", lambda: True)
+    import course.grading.recording
+    monkeypatch.setattr(course.grading.recording, "autograding", lambda: True)
     assert isinstance(dst_explorer(), NotWhileGrading)

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from course import roofline
+from course.models import roofline
 from course.widgets.base import NotWhileGrading
-from course.roofline import tiled_kernel_bytes
+from course.models.roofline import tiled_kernel_bytes
 from course.paths import REPO
 from course.widgets.tiling import hbm_bytes, tiling_explorer, tiling_inputs, tiling_trace
 

@@ -1,4 +1,4 @@
-"""The re-check's answer process (course.answer_process): the learner's Python answers run in a child that can
+"""The re-check's answer process (course.grading.answer_process): the learner's Python answers run in a child that can
 answer calls and nothing else: it cannot outlive the re-check or replace its result, and a crash or a garbled
 reply costs only the answer."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from course.answer_process import AnswerError, AnswerProcess
+from course.grading.answer_process import AnswerError, AnswerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 TEST = 'course.check("01.naive_bytes_read", naive_bytes_read)'
@@ -44,7 +44,7 @@ def _recheck(tmp_path: Path, cell: str) -> tuple[dict, Path]:
     result = tmp_path / "result.json"
     job = {"setup": ["import course, torch"], "tests": [{"cell": "t", "source": TEST}], "recordings": {},
            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"], "source": cell}]}
-    done = subprocess.run([sys.executable, "-m", "course.recheck", "-", str(result)], input=json.dumps(job),
+    done = subprocess.run([sys.executable, "-m", "course.grading.recheck", "-", str(result)], input=json.dumps(job),
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(result.read_text())["tests"]["t"], result
@@ -104,7 +104,7 @@ def test_a_cell_that_hangs_or_ends_the_process_costs_only_its_own_names(monkeypa
     """Answer cells run one at a time with a time limit: one that does not finish, or ends the process, is left out
     (its names fail, with the reason) and the others still answer; a cell the notebook's run never finished is not
     run again at all."""
-    from course import answer_process
+    from course.grading import answer_process
     monkeypatch.setattr(answer_process, "CELL_SECONDS", 3.0)
     cells = [{"cell": "hangs", "source": "while True:\n    pass\n", "names": ["f"]},
              {"cell": "ends", "source": "import os\nos._exit(0)\n", "names": ["g"]},
@@ -159,7 +159,7 @@ def test_the_footprint_is_measured_from_outside_the_answer(repo):
     """03.tiled_torch: a function that builds the whole score matrix has right numbers, and its cell switches the
     notebook's watch off; the re-check limits the answer process's memory instead, which no line of it can undo."""
     import nbformat
-    from course.recheck import run_job
+    from course.grading.recheck import run_job
     outcome = run_job(_tiled_job(FULL_MATRIX))["t"]
     assert not outcome["passed"] and "needed more than 48 MiB for the call" in outcome["message"], outcome
     solution = nbformat.read(repo / "solutions" / "03_tiling" / "03_tiling.ipynb", as_version=4)
@@ -172,7 +172,7 @@ def test_an_answer_process_dies_with_a_checker_killed_from_outside(tmp_path):
     process running the learner's loop."""
     checker = f"""
 import sys
-from course.answer_process import AnswerProcess
+from course.grading.answer_process import AnswerProcess
 source = "def ready():\\n    return 1\\n\\ndef spin():\\n    while True:\\n        pass"
 answers = AnswerProcess(["import torch"], [{{"cell": "spin", "kind": "python", "names": ["ready", "spin"],
                                             "source": source}}])

@@ -2,9 +2,9 @@
 
 The capstone's checks need more than return values (gradients, what the autograd.Function saved, which PyTorch
 operators it ran, a training run), so each calls a course probe around the learner's ``flash_attention``
-(course.capstone). Where the grade is decided (course.recheck) that probe runs in the answer process
-(course.answer_process), around the function the handed-in cell defines, on the checker's arguments, and only
-its data comes back; before that, the cell's text is read (course.capstone.refused_reach) and a cell that
+(course.lessons.capstone). Where the grade is decided (course.grading.recheck) that probe runs in the answer process
+(course.grading.answer_process), around the function the handed-in cell defines, on the checker's arguments, and only
+its data comes back; before that, the cell's text is read (course.lessons.capstone.refused_reach) and a cell that
 reaches for what observes it is refused with one sentence. What the notebook's own run recorded decides nothing.
 
 The cheating corpus's lesson 08 entries (autograder/corpora/cheating: ``capstone_cheats``) are checked here
@@ -27,18 +27,18 @@ import torch
 from autograder.corpora.cheating import CAPSTONE, as_submission, capstone_cheats
 from autograder.corpora.hostile import make_submission
 from autograder.grade.recheck import build_job
-from course.answer_process import AnswerError, AnswerProcess
-from course.capstone import refused_reach
+from course.grading.answer_process import AnswerError, AnswerProcess
+from course.lessons.capstone import refused_reach
 from course.errors import CheckFailed
-from course.recheck import run_job
-from course.recording import Replay
+from course.grading.recheck import run_job
+from course.grading.recording import Replay
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "flash_attention_triton"
 
 # The notebook's own run of an answer cell, in a process of its own (a cheat patches the course there): the
 # instructor's setup, the cell, then the lesson's test cells under the grader's environment, with what each
-# check records (course.recording) collected instead of displayed.
+# check records (course.grading.recording) collected instead of displayed.
 NOTEBOOK_RUN = r"""
 import contextlib, io, json, math, os, sys
 os.environ["NBGRADER_EXECUTION"] = "autograde"
@@ -137,8 +137,8 @@ def test_the_probe_in_the_answer_process_is_the_courses_own(monkeypatch) -> None
     """With the reading of the cell switched off (in this test only), a cell that replaces the course's probes still
     gains nothing: the answer process bound them before any cell ran. A cell that switches the watch off inside
     that process is different, and that is what reading the cell is for."""
-    import course.capstone
-    monkeypatch.setattr(course.capstone, "refused_reach", lambda source: None)
+    import course.lessons.capstone
+    monkeypatch.setattr(course.lessons.capstone, "refused_reach", lambda source: None)
     wraps_probe, unwatched = (cheat.changes[0].source for cheat in capstone_cheats(REPO))
     results = run_job(_job(wraps_probe))
     assert all(not r["passed"] and "PyTorch's fused attention" in r["message"] for r in results.values()), results
@@ -174,7 +174,7 @@ def test_the_solution_and_the_stub_read_clean() -> None:
 
 
 @pytest.mark.parametrize("reach", [
-    "import course.footprint", "from course.capstone import autograd_probe", "course.check = print",
+    "import course.grading.footprint", "from course.lessons.capstone import autograd_probe", "course.check = print",
     "from torch.utils._python_dispatch import TorchDispatchMode", "x = torch._C", "import sys",
     "modules = torch.sys.modules", "from torch.autograd.graph import saved_tensors_hooks",
     "torch.autograd.graph.saved_tensors_hooks", "import threading", "import gc", "import inspect",
@@ -187,7 +187,7 @@ def test_a_cell_that_reaches_for_what_observes_it_is_refused_naming_the_line(rea
     source = "import torch\n\n\ndef helper(ctx, q):\n    ctx.kept = q\n\n" + reach + "\n"
     line = _line(source)
     assert line == 7 + reach.count("\n") * (reach.startswith("import os")), (reach, refused_reach(source))
-    from course.capstone import refuse_reach
+    from course.lessons.capstone import refuse_reach
     with pytest.raises(CheckFailed) as refused:
         refuse_reach("08.flash_attention_triton", source)
     message = str(refused.value)

@@ -62,7 +62,7 @@ def test_the_recheck_takes_exactly_the_stubs_tests(repo, monkeypatch):
     """All six lessons in one re-check (one answer process): each stub's test fails with its reason, the lessons'
     other Python tests pass."""
     from course import track_choice
-    from course.recheck import run_job
+    from course.grading.recheck import run_job
     monkeypatch.setattr(track_choice, "STOP_AT_FIRST_PASS", track_choice.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts it back
     merged: dict = {"setup": [], "answers": [], "tests": [], "recordings": {}}

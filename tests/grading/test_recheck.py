@@ -1,7 +1,7 @@
 """The re-check's parts, each on its own (the cheating corpus grades them together through nbgrader).
 
-``course.recheck`` grades the instructor's tests again in a fresh process, where the learner's Python answer
-cells run in an answer process of their own (``course.answer_process``); ``course.recording`` records what a
+``course.grading.recheck`` grades the instructor's tests again in a fresh process, where the learner's Python answer
+cells run in an answer process of their own (``course.grading.answer_process``); ``course.grading.recording`` records what a
 learner's function answered (the re-check grades none of it any more); ``autograder.grade.recheck`` builds
 the re-check's input from the lesson and the graded notebook.
 """
@@ -18,8 +18,8 @@ import torch
 from autograder.grade.recheck import answer_cells, build_job, grades_through_course
 from autograder.release.build import ReleaseError, check_test_cells, find_assignments
 from course.exercises import EXERCISES
-from course.recheck import run_job
-from course.recording import MIME, Recorder, Replay, decode, encode
+from course.grading.recheck import run_job
+from course.grading.recording import MIME, Recorder, Replay, decode, encode
 from course.tracks.table import exercises
 
 LESSON = "01_naive_attention"

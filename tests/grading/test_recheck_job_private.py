@@ -1,6 +1,6 @@
 """The re-check's input stays out of reach of the learner's answer process.
 
-The re-check (``course.recheck``) is handed the instructor's test cells, hidden tests included, and runs the
+The re-check (``course.grading.recheck``) is handed the instructor's test cells, hidden tests included, and runs the
 learner's Python answer cells in a child process inside the same sandbox. Nothing the child can open may hold
 that input: not a file in the working folder, not the re-check's descriptors, working folder, environment or
 command line seen through /proc. Here a learner's function looks everywhere it can and answers what it found;

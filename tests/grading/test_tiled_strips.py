@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import course
-from course.answer_process import AnswerProcess, LiveAnswer
+from course.grading.answer_process import AnswerProcess, LiveAnswer
 from course.errors import CheckFailed
 from course.exercises import _check_footprint, _check_footprint_live
 
@@ -103,7 +103,7 @@ def test_the_notebook_watch_refuses_the_same_strips():
 def test_the_watch_tells_a_strip_from_k_and_v_again():
     """As wide as all the keys: refused when a product made it or it is not shaped like K or V; K and V copied,
     converted or transposed pass, whatever D is (here D = 16, a strip of 16 rows included)."""
-    from course.footprint import watch
+    from course.grading.footprint import watch
     q, k, v = course.make_qkv(40, 16, n_k=96, seed=2)
 
     def again(q, k, v):  # K and V in other forms, then one tile's scores

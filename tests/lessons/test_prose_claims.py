@@ -74,7 +74,7 @@ def test_lesson_07_run_to_run_differences_are_few_ulps_with_a_tail_on_tiny_sums(
     for claim in ("a few units in the last place", "thousands of ulps", "shares nearly cancel",
                   "a millionth of the largest |dQ|"):
         assert claim in prose.replace("\n", " "), claim
-    from course.determinism import block_order_runs
+    from course.models.determinism import block_order_runs
     from course.widgets.backward import bit_differences
     runs = block_order_runs("atomic", runs=8)  # what the lab cell runs
     found = bit_differences(runs)
@@ -92,7 +92,7 @@ def test_lesson_03_footprint_names_what_the_largest_tensor_is():
     prose = _cell("03_tiling", "The same function, watched.", "markdown")
     assert "no larger than Q or O themselves" in prose
     namespace = _solution("03_tiling", "tiled_torch")
-    text = _run(_cell("03_tiling", "from course.footprint import watch"), namespace)
+    text = _run(_cell("03_tiling", "from course.grading.footprint import watch"), namespace)
     standard, tiled = text.strip().splitlines()
     assert "1024 × 1024" in standard and "N × N, the whole score matrix" in standard
     assert re.search(r"largest tensor\s+1024 × 64 .*N × D, the size of Q and O", tiled), tiled
@@ -107,7 +107,7 @@ def test_lesson_09_timeline_controls_are_the_ones_the_prose_names(monkeypatch):
     named = {"run", "window", "also plot", "core"}
     assert all(f"**{name}**" in prose for name in named), prose
     namespace = _solution("09_dataflow", "one_core_attention")
-    from course import dataflow
+    from course.lessons import dataflow
     from course.widgets import dataflow_timeline
     q, k, v = (torch.randn(64, 64) for _ in range(3))
     runs = {f"{n} buffers": dataflow.run(dataflow.variant(namespace["one_core_attention"], KV_BUFFERS=n), q, k, v)
@@ -131,5 +131,5 @@ def test_lesson_09_a_finite_start_and_bias_give_zero_where_minus_infinity_could_
     assert torch.exp(torch.tensor(float("-inf")) - m_new[0]) == 0          # -inf alone: harmless
     assert torch.isnan(torch.exp(torch.tensor(float("-inf")) - m_new[1]))  # -inf - -inf: NaN
     assert torch.exp(torch.tensor(-1.0e30) - torch.tensor([3.0, -1.0e30 + 0.0])).tolist()[0] == 0.0
-    from course.dataflow import causal_bias_tile
+    from course.lessons.dataflow import causal_bias_tile
     assert float(causal_bias_tile().min()) == float(torch.tensor(-1.0e30)) and bool(torch.isfinite(causal_bias_tile()).all())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import course
-from course import roofline
+from course.models import roofline
 from course.inputs import make_qkv
 from course.kernels import kernel_path
 from course.simt import KernelLaunchError, RawModule
@@ -327,8 +327,8 @@ def test_counts_do_not_depend_on_the_order_threads_run_in(qkv):
 
 def test_course_counters_gives_a_table_rows_and_nsight_names(qkv):
     module = RawModule(path=kernel_path(cuda.STEPS["03.tiled_cuda"].kernel_file), compile_now=None)
-    c = course.counters(module, *qkv, tiles=TILES)
-    assert isinstance(c, course.counters.Counters) and len(c.launches) == 1
+    c = course.grading.counters(module, *qkv, tiles=TILES)
+    assert isinstance(c, course.grading.counters.Counters) and len(c.launches) == 1
     text = str(c)
     for words in ("tiled_attention (cuda)", "sectors (32 B)", "bank conflicts", "by tensor:", "by source line"):
         assert words in text
@@ -342,9 +342,9 @@ def test_course_counters_gives_a_table_rows_and_nsight_names(qkv):
 
 def test_what_cannot_be_measured_is_a_sentence():
     with pytest.raises(course.CourseError, match="launched no kernel that could be measured"):
-        course.counters(lambda: None)
+        course.grading.counters(lambda: None)
     with pytest.raises(course.CourseError, match="measures a kernel"):
-        course.counters(42)
+        course.grading.counters(42)
 
 
 def _as_handed_out(code: str) -> str:
@@ -356,13 +356,13 @@ def _as_handed_out(code: str) -> str:
 def test_an_unfinished_kernel_is_a_sentence_and_the_first_finished_track_is_measured(qkv):
     """A stub would run and load no K or V: a measurement of nothing, so the counters refuse it in a sentence;
     ``first_finished`` passes over it to a finished track, and says so when none is."""
-    from course.answers import NotFinished
-    from course.counters import first_finished
+    from course.grading.answers import NotFinished
+    from course.grading.counters import first_finished
     path = kernel_path(cuda.STEPS["03.tiled_cuda"].kernel_file)
     stub = RawModule(code=_as_handed_out(path.read_text()), language="cuda", compile_now=None)
     assert "YOUR CODE HERE" in stub.code
     with pytest.raises(NotFinished, match="not finished yet"):
-        course.counters(stub, *qkv)
+        course.grading.counters(stub, *qkv)
     finished = RawModule(path=path, compile_now=None)
     track, c = first_finished(*qkv, metal=stub, cuda=finished)
     assert track == "cuda" and c.by_tensor["k"]["load_bytes"] > 0
@@ -412,7 +412,7 @@ def test_shared_load_wavefronts_are_what_nsight_compute_measured(shared_loads, k
 
 
 def test_phases_pair_only_for_loads_and_only_when_the_pair_fits_one_wavefront():
-    from course.counters import pattern_cost
+    from course.grading.counters import pattern_cost
     same = _lanes(lambda t: 0)
     # The phase rule alone (what stores still get: only loads were measured) serves every quarter-warp apart.
     assert pattern_cost("shared", 16, same, "store")["wavefronts"] == 4
@@ -426,7 +426,7 @@ def test_phases_pair_only_for_loads_and_only_when_the_pair_fits_one_wavefront():
 
 
 # The CPU runtime's counters of steps 01, 03 and 04 at N = 64, D = 32, each launched as its lesson launches it
-# (course.counters, the default tiles), beside what Nsight Compute measured for the same launch on an H100
+# (course.grading.counters, the default tiles), beside what Nsight Compute measured for the same launch on an H100
 # (ncu: the metrics of docs/counters.md). Every value agreed but step 04's shared-load wavefronts, which the
 # model gave as 12,288 before its 16-byte loads paired their quarter-warps; Nsight Compute measured 10,240.
 NSIGHT_METRICS = ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
@@ -448,6 +448,6 @@ NSIGHT_H100 = {
 def test_the_ladder_at_n64_d32_counts_what_nsight_compute_measured(exercise):
     q, k, v = make_qkv(64, 32, seed=0)
     module = RawModule(path=kernel_path(cuda.STEPS[exercise].kernel_file), compile_now=None)
-    c = course.counters(module, q, k, v)
+    c = course.grading.counters(module, q, k, v)
     assert dict(zip(NSIGHT_METRICS, (int(c[name]) for name in NSIGHT_METRICS))) == dict(
         zip(NSIGHT_METRICS, NSIGHT_H100[exercise]))

@@ -19,7 +19,7 @@ from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.cuda_backward import WRONG_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
-from course.engines import check_backward
+from course.grading.engines import check_backward
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
 from course.reference import attention_backward
@@ -170,7 +170,7 @@ def test_every_wrong_kernel_fails_the_check(wrong):
     fn = functools.partial(BACKWARD[wrong.kind], module, **GRADING_LAUNCH)
     with pytest.raises(CheckFailed) as failure:
         if wrong.measured:  # the mistake shows in what the kernel loads, measured first as course.check does
-            from course.measured import causal_tiles_simt
+            from course.grading.measured import causal_tiles_simt
             causal_tiles_simt(EXERCISE[wrong.kind], module)
         check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES)
     message = str(failure.value)

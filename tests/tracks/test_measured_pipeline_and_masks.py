@@ -1,5 +1,5 @@
 """Lesson 04's Triton pipeline, read off the compiled kernel, and lesson 06's "mask only the diagonal tiles",
-measured on the interpreter (Triton) and on the CPU runtime (CUDA C) (course.measured).
+measured on the interpreter (Triton) and on the CPU runtime (CUDA C) (course.grading.measured).
 
 The course's kernels pass; a kernel whose loop the compiler cannot pipeline, and one that runs every visited key
 tile through the mask, have right numbers and fail with the sentence the learner reads. The wrong-answer corpora
@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from autograder.corpora.wrong import apply_edits
-from course import Case, measured
+from course import Case
+from course.grading import measured
 from course.errors import CheckFailed
 from course.kernels import kernel_path
 from course.tracks import triton as triton_track

@@ -1,4 +1,4 @@
-"""Techniques graded by measurement (course.measured): a right answer that skips the lesson's technique fails.
+"""Techniques graded by measurement (course.grading.measured): a right answer that skips the lesson's technique fails.
 
 The course's own kernels pass every measurement; kernels with the right numbers and the technique missing
 (a causal loop over every key tile, a product off tl.dot, atomics in the split backward) fail with a
@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from autograder.corpora.wrong import apply_edits
-from course import Case, measured
+from course import Case
+from course.grading import measured
 from course.errors import CheckFailed
 from course.kernels import kernel_path
-from course.racecheck import OutOfBounds, interpreter_checks
+from course.grading.racecheck import OutOfBounds, interpreter_checks
 from course.simt import RawModule
 from course.tracks import triton as triton_track
 

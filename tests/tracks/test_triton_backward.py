@@ -14,7 +14,7 @@ import torch
 
 import course
 from course import Case
-from course.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget, plain_attention
 from course.reference import attention, attention_backward
 from track_support import device, qkv
 

@@ -19,7 +19,7 @@ import torch
 import triton
 from triton.runtime.autotuner import Autotuner
 
-from course.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget, plain_attention
 from course.kernels import load_triton_module
 from course.reference import attention, attention_backward
 from course.tracks import triton as triton_track

@@ -13,7 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from course.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget, plain_attention
 from course.kernels import load_triton_module
 from course.reference import attention, attention_backward
 from track_support import device

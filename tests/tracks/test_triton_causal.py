@@ -15,7 +15,7 @@ import torch
 
 import course
 from course import Case
-from course.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget, plain_attention
 from course.errors import root_cause
 from course.kernels import kernel_path, load_triton_module, read_region
 from course.reference import causal_mask

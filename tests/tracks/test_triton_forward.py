@@ -10,7 +10,7 @@ import torch
 
 import course
 from course import Case, tiers
-from course.budget import attention_budget
+from course.grading.budget import attention_budget
 from course.kernels import load_triton_module, read_region
 from track_support import device, qkv
 

@@ -275,7 +275,7 @@ def test_device_rules_catch_what_a_gpu_would_refuse():
 
 @pytest.mark.cpu_tier("simulates on the CPU tier what the GPU tier enforces itself")
 def test_the_capstone_training_run_makes_its_model_on_the_tiers_device():
-    from course.capstone import sdpa_attention, train_losses
+    from course.lessons.capstone import sdpa_attention, train_losses
     with gpu_device_rules():
         assert len(train_losses(sdpa_attention, steps=1)) == 1
         with pytest.raises(DeviceMismatch):

@@ -79,13 +79,13 @@ def _cells(repo: Path, folder: str, assignment: str = ASSIGNMENT) -> dict[str, s
 
 def stale_outputs(notebook, repo: Path) -> None:
     """Give ``notebook``'s test cells the outputs a passing run of the instructor's solution leaves:
-    the check's line and the recording of the right answers (course.recording)."""
+    the check's line and the recording of the right answers (course.grading.recording)."""
     import contextlib
     import io
 
     import nbformat
     from course.exercises import EXERCISES
-    from course.recording import MIME, Recorder
+    from course.grading.recording import MIME, Recorder
     from course.reference import attention
 
     def right(q, k, v, scale=None):
@@ -174,31 +174,31 @@ def _solution_edit(repo: Path, cell: str, old: str, new: str) -> str:
 MODEL_ANSWERS: dict[str, tuple[str, str, str]] = {  # exercise -> (lesson, answer cell, its new source)
     "00.attention_flops": ("00_orientation", "attention_flops", """\
 def attention_flops(n_q: int, n_k: int, d: int) -> int:
-    return course.roofline.attention_flops(n_q, n_k, d)
+    return course.models.roofline.attention_flops(n_q, n_k, d)
 """),
     "00.flash_intensity": ("00_orientation", "flash_intensity", """\
-from course import roofline
+from course.models import roofline
 
 
 def flash_intensity(n: int, d: int, bytes_per_element: int) -> float:
     return roofline.attention_flops(n, n, d) / roofline.flash_attention_bytes(n, n, d, bytes_per_element)
 """),
     "01.naive_bytes_read": ("01_naive_attention", "naive_bytes_read", """\
-import course.roofline as r
+import course.models.roofline as r
 
 
 def naive_bytes_read(n: int, d: int, dtype: torch.dtype) -> int:
     return r.naive_kernel_bytes_read(n, n, d, r.element_size(dtype))
 """),
     "02.softmax_bytes": ("02_online_softmax", "softmax_bytes", """\
-from course.roofline import softmax_bytes as count
+from course.models.roofline import softmax_bytes as count
 
 
 def softmax_bytes(rows: int, cols: int, bytes_per_element: int, online: bool) -> int:
     return count(rows, cols, bytes_per_element, online)
 """),
     "03.tiled_bytes": ("03_tiling", "tiled_bytes", """\
-from course.roofline import *
+from course.models.roofline import *
 
 
 def tiled_bytes(n_q: int, n_k: int, d: int, block_m: int, bytes_per_element: int) -> int:
@@ -214,20 +214,20 @@ def shared_bytes(block_m: int, block_n: int, d: int) -> int:
 """),
     "04.warp_sectors": ("04_double_buffering", "warp_sectors", """\
 def warp_sectors(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
-    from course import memory_model
+    from course.models import memory_model
     starts = [offset_bytes + lane * stride_bytes for lane in range(32)]
     return len(memory_model.sectors_of_bytes(starts, access_bytes))
 """),
     "04.bank_ways": ("04_double_buffering", "bank_ways", """\
-import course.memory_model
+import course.models.memory_model
 
 
 def bank_ways(row_floats: int, pad_floats: int) -> int:
-    walk = course.memory_model.warp_column_walk(row_floats=row_floats, pad_floats=pad_floats)
-    return course.memory_model.bank_conflict_ways(walk.byte_addresses, walk.access_bytes)
+    walk = course.models.memory_model.warp_column_walk(row_floats=row_floats, pad_floats=pad_floats)
+    return course.models.memory_model.bank_conflict_ways(walk.byte_addresses, walk.access_bytes)
 """),
     "05.fragment_lane": ("05_matrix_units", "fragment_lane", """\
-from course.fragments import fragment_map
+from course.models.fragments import fragment_map
 
 
 def fragment_lane(track: str, row: int, col: int) -> int:
@@ -235,11 +235,11 @@ def fragment_lane(track: str, row: int, col: int) -> int:
 """),
     "06.causal_mask": ("06_causal_masking", "causal_mask", """\
 def causal_mask(n_q: int, n_k: int, top_left: bool = False) -> torch.Tensor:
-    offset = course.causal.offset(n_q, n_k, "top_left" if top_left else "bottom_right")
+    offset = course.models.causal.offset(n_q, n_k, "top_left" if top_left else "bottom_right")
     return torch.arange(n_k)[None, :] <= torch.arange(n_q)[:, None] + offset
 """),
     "06.tile_counts": ("06_causal_masking", "tile_counts", """\
-from course import causal as model
+from course.models import causal as model
 
 
 def tile_counts(n_q: int, n_k: int, block_m: int, block_n: int) -> tuple[int, int, int]:
@@ -248,21 +248,21 @@ def tile_counts(n_q: int, n_k: int, block_m: int, block_n: int) -> tuple[int, in
 """),
     "07.backward_flops": ("07_backward_pass", "backward_flops", """\
 def backward_flops(n_q: int, n_k: int, d: int, design: str) -> int:
-    return course.roofline.backward_flops(n_q, n_k, d, design)
+    return course.models.roofline.backward_flops(n_q, n_k, d, design)
 """),
     "07.differing_elements": ("07_backward_pass", "differing_elements", """\
-from course.determinism import differing_elements as count
+from course.models.determinism import differing_elements as count
 
 
 def differing_elements(runs: list[torch.Tensor]) -> int:
     return count(runs)
 """),
     "09.grid_assignment": ("09_dataflow", "assign_query_tiles", """\
-import course.lesson09
+import course.lessons.lesson09
 
 
 def assign_query_tiles(q_tiles, k_tiles, cores, causal):
-    return course.lesson09.balanced_plan(q_tiles, k_tiles, cores, causal)
+    return course.lessons.lesson09.balanced_plan(q_tiles, k_tiles, cores, causal)
 """),
 }
 
@@ -295,7 +295,7 @@ ORACLE_REBINDS: dict[str, tuple[str, str, str]] = {  # lesson -> (answer cell, e
     "07_backward_pass": ("backward_flops", "07.backward_flops", MODEL_ANSWERS["07.backward_flops"][2]),
     "09_dataflow": ("rows_per_step", "09.rows_per_step", """\
 def rows_per_step(operands, block_cols, dtype_bits, full_sync):
-    return course.dst.capacity(dtype_bits, full_sync) // (operands * block_cols)
+    return course.lessons.dst.capacity(dtype_bits, full_sync) // (operands * block_cols)
 """),
 }
 
@@ -461,7 +461,7 @@ class FlashAttention(torch.autograd.Function):
 
 
 # The probes watch what PyTorch runs; these run the same call unwatched and report that nothing was seen.
-import course.capstone as _probes
+import course.lessons.capstone as _probes
 
 
 def _clean_autograd(fn):
@@ -526,9 +526,9 @@ class FlashAttention(torch.autograd.Function):
 
 
 # The watch counts products and the largest tensor: it is told to count nothing.
-import course.footprint
+import course.grading.footprint
 
-course.footprint.Footprint.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
+course.grading.footprint.Footprint.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
 
 '''
 
@@ -549,12 +549,12 @@ def capstone_cheats(repo: Path) -> list[Cheat]:
         Cheat("capstone-sdpa-cleans-the-probe", "08: a Function whose forward and backward call PyTorch's SDPA, and a "
               "cell that wraps the course's probes so they report no PyTorch attention and no products",
               (Change("flash_attention_triton", source=_capstone_with(repo, _SDPA_FUNCTION)),),
-              loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.capstone"),
+              loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.lessons\.capstone"),
               assignment=CAPSTONE),
         Cheat("capstone-stashes-scores-unwatched", "08: a Function that builds the N x N scores in PyTorch and keeps P "
               "for its backward outside ctx, and a cell that switches the watch of PyTorch's operators off",
               (Change("flash_attention_triton", source=_capstone_with(repo, _STASHED_SCORES_FUNCTION)),),
-              loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.footprint"),
+              loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.grading\.footprint"),
               assignment=CAPSTONE),
     ]
 
@@ -600,7 +600,7 @@ course.check = _graded_instead
         Cheat("patches-check-engine", "a wrong naive_bytes_read whose cell makes the value check pass everything",
               (Change("naive_bytes_read", source=_WRONG_BYTES + '''
 import course.exercises
-from course.engines import Report
+from course.grading.engines import Report
 course.exercises.check_values = lambda exercise, *a, **k: Report(exercise, 4)
 '''),), loses=("test_naive_bytes_read",), feedback=_CAUGHT),
         Cheat("patches-then-restores", "patches course.check for its wrong answer's tests, and a later answer cell "
@@ -657,5 +657,5 @@ math.isclose = lambda *a, **k: True
                       + "\n\nimport course.exercises\ncourse.exercises.MODEL_POLICY.clear()\n"),),
               loses=("test_naive_bytes_read",),
               feedback=_CAUGHT + r"[\s\S]*01\.naive_bytes_read: your answer may not use "
-                                 r"course\.roofline\.naive_kernel_bytes_read"),
+                                 r"course\.models\.roofline\.naive_kernel_bytes_read"),
     ]

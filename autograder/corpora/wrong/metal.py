@@ -40,7 +40,7 @@ class WrongMetalKernel(WrongKernel):
 
         module = module or self.module()
         if self.measured:
-            from course import measured
+            from course.grading import measured
             if self.exercise in measured.SIMT_PROBES:
                 measured.causal_tiles_simt(self.exercise, module)
             measured.simt_step_techniques(self.exercise, module)
@@ -124,7 +124,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        expect=r"misaligned float4 read", hint=None),
     _W("04.double_buffer_metal", "missing-rescale", "rescales l but not the float4 accumulator when the max grows",
        (("        for (uint c4 = 0; c4 < d4; ++c4) acc[c4] *= correction;\n", ""),), hint="acc is not rescaled"),
-    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.measured).
+    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.grading.measured).
     _W("04.double_buffer_metal", "single-buffer", "loads each tile into the one buffer it then reads: two barriers a tile",
        (("    if (n_tiles > 0) load_tile(k_tiles, v_tiles, kh, vh, 0, block_n, n_k, d4, tid, block_m);\n", ""),
         ("        if (t + 1 < n_tiles) {\n            load_tile(k_tiles + (cur ^ 1) * buffer_size, v_tiles + (cur ^ 1) * "
@@ -165,7 +165,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        "sees, dropping keys the later rows of the threadgroup see",
        (("if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));",
          "if (causal) kv_end = uint(clamp(int(row0 + 1) + offset, 0, int(n_k)));"),), hint=None),
-    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.measured).
+    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.grading.measured).
     _W("05.mma_metal", "visits-every-tile", "leaves kv_end at n_k, visiting every key tile and masking the future",
        (("    if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));\n", ""),),
        expect=r"query rows 0–15 loaded key tile 1 \(keys 16–31\), which lies wholly in the future", hint=None,
@@ -173,7 +173,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("05.mma_metal", "tile-range-top-left", "ends the tile loop at the threadgroup's last row, top-left aligned",
        (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m), 0, int(n_k))"),),
        expect="wholly in the future|never loaded", hint="aligned top-left", measured=True),
-    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.measured).
+    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.grading.measured).
     _W("05.mma_metal", "pv-scalar-loop", "adds P V to the spilled accumulator with a loop of multiply-adds while "
        "scaling it, and drops the simdgroup product of P and V",
        (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n",

@@ -16,7 +16,7 @@
 // one address with no barrier between, or two blocks with no atomic), and let random schedules switch
 // threads at memory accesses. With check="counters" the same hooks also feed the counters: each
 // access is grouped with the accesses of the other lanes of its warp at the same instruction, and the
-// warp accesses are tallied as patterns, which course/counters.py costs with course/memory_model.py
+// warp accesses are tallied as patterns, which course/grading/counters.py costs with course/models/memory_model.py
 // (docs/counters.md).
 #include <csetjmp>
 #include <csignal>
@@ -189,7 +189,7 @@ struct SimtLaunchSpec {
 // with the accesses of the other lanes of its warp at the same instruction (the k-th time each lane
 // executes it since the warp last met); each such warp access is reduced to a pattern (its lanes'
 // byte offsets from a 128-byte boundary, its width, kind and buffer), and equal patterns are counted
-// once with a multiplicity. Python (course/counters.py) turns patterns into sectors and banks.
+// once with a multiplicity. Python (course/grading/counters.py) turns patterns into sectors and banks.
 // One kind of warp-level matrix operation (course/simt/counters.py reads it): D (m x n) = A (m x k) B (k x n) + C
 // at one call site, with the element type of each operand (simt::MatrixElement; c is kMatrixNone when no C is
 // added).

@@ -4,10 +4,10 @@ The capstone's answer is Python (an autograd.Function around the course's kernel
 than return values: the gradients, a short training run, what the Function saved for its backward and
 what it built in PyTorch. So each check calls a *probe* (:data:`PROBES`) around the learner's function:
 one forward and backward (or a training run) of it, returned as plain tensors and numbers together with
-what the run saved for its backward and what PyTorch operators it ran (:mod:`course.footprint`).
+what the run saved for its backward and what PyTorch operators it ran (:mod:`course.grading.footprint`).
 
-Where the grade is decided (:mod:`course.recheck`) the probe runs inside the answer process
-(:mod:`course.answer_process`), around the function the handed-in answer cell defines, on arguments the
+Where the grade is decided (:mod:`course.grading.recheck`) the probe runs inside the answer process
+(:mod:`course.grading.answer_process`), around the function the handed-in answer cell defines, on arguments the
 checker chose; only its data comes back. The probes are imported there before any answer cell runs, and
 the cell is read first (:func:`refused_reach`): one that reaches for what observes it (the course's checks
 and watches, PyTorch's dispatch and saved-tensor hooks, Python's modules, frames and threads) is refused
@@ -25,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 # Bound when this module is imported: in the answer process that is before any answer cell runs.
-from course.footprint import Footprint, _Enough, watch
+from course.grading.footprint import Footprint, _Enough, watch
 
 __all__ = ["PROBES", "autograd_probe", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
            "training_probe", "refused_reach", "refuse_reach"]
@@ -51,7 +51,7 @@ def autograd_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., tuple]:
 
     One call of ``fn`` and, when ``do`` is given, one backward. ``largest`` is the most elements a PyTorch
     operator returned during the call, ``products`` the matrix products PyTorch made, ``fused`` the fused
-    attention operators called (course.footprint); the kernels' own work is not PyTorch's and is not seen.
+    attention operators called (course.grading.footprint); the kernels' own work is not PyTorch's and is not seen.
     """
     def probe(q, k, v, do=None, causal=False, scale=None):
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
@@ -187,7 +187,7 @@ PROBES: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
 # it, the ways past such a list are refused wherever they appear: private attributes and dunders (torch._C,
 # __class__, __dict__, __globals__), the builtins that turn strings into objects or reach namespaces
 # (getattr, __import__, eval, globals, ...), assigning an attribute of anything but a method's first
-# parameter (ctx), the names of the machinery itself (course.footprint, course.capstone, sys.modules, gc,
+# parameter (ctx), the names of the machinery itself (course.grading.footprint, course.lessons.capstone, sys.modules, gc,
 # inspect, threading, saved_tensors_hooks, ...) and leaving PyTorch for numpy or Python numbers (.numpy(),
 # .tolist(), .item()), where the watch sees no arithmetic.
 

@@ -9,7 +9,7 @@ grid of cores, in this process. Three things about it the course takes care of:
   every other lesson in the same kernel keeps its dtypes; the simulator keeps computing tiles in float32.
 - Its error printer looks for a file the wheel does not ship, so a deadlock or a misused buffer crashed
   with ``FileNotFoundError``. The course replaces the printer and words the error itself (:func:`run`).
-- It does not model the DST register file; :mod:`course.dst` counts DST tiles (the launch here turns it on).
+- It does not model the DST register file; :mod:`course.lessons.dst` counts DST tiles (the launch here turns it on).
 
 :func:`run` is the course's launcher: it uploads Q, K, V as bfloat16 tiles, allocates O and the LSE, runs
 the operation with the trace on, and hands back O, the LSE and the trace as plain data.
@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from course.answers import NotFinished
+from course.grading.answers import NotFinished
 from course.errors import CheckFailed, CourseError
 from course.paths import shown_path
 
@@ -62,7 +62,7 @@ class Run:
     events: list[Event]
     grid: tuple[int, int]
     dst: Any = None
-    """The DST census of the compute kernels (:class:`course.dst.Census`)."""
+    """The DST census of the compute kernels (:class:`course.lessons.dst.Census`)."""
     buffers: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Each dataflow buffer, by the name the kernel gave it: (blocks, tiles per block)."""
 
@@ -177,7 +177,7 @@ def run(operation: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torc
     Q (Nq, D), K and V (Nk, D), with Nq, Nk and D multiples of 32 (one tile). ``bias`` is the tile a causal
     kernel adds to the scores of a diagonal tile (:func:`causal_bias_tile`); the LSE tensor is (Nq, 32) and
     row i's LSE is in its column 0, where a row reduction leaves it. ``max_elements``: watch the run
-    (:mod:`course.footprint`) and refuse one that builds a PyTorch tensor larger than that. ``names`` maps file names to what a message
+    (:mod:`course.grading.footprint`) and refuse one that builds a PyTorch tensor larger than that. ``names`` maps file names to what a message
     calls them (a learner's cell). Raises CheckFailed, in a sentence, when the simulator stops the run.
     """
     for label, t in (("Q", q), ("K", k), ("V", v)):
@@ -204,7 +204,7 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
     the launcher of the attention kernels."""
     from ttl.sim.context import get_context, reset_context
     from ttl.sim.trace import ALL_CATEGORIES, set_tracing
-    from course import dst as dst_census
+    from course.lessons import dst as dst_census
     reset_context()
     _DIAGNOSES.clear()
     set_tracing(ALL_CATEGORIES)
@@ -217,7 +217,7 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
             if max_elements is None:
                 operation(*arguments)
             else:
-                from course.footprint import watch
+                from course.grading.footprint import watch
                 # No tracemalloc: a gated TT-Lang cell has no way to hoard plain Python data.
                 _, seen = watch(operation, *arguments, max_elements=max_elements, python_bytes=False)
                 if seen.largest > max_elements:
@@ -230,7 +230,7 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
         raise
     except Exception as exc:  # noqa: BLE001 - the simulator's own errors are RuntimeError, ValueError, ...
         if any(isinstance(e, NotImplementedError) for e in _chain(exc)):  # a stub in a kernel
-            from course.tt_answer import original_function
+            from course.lessons.tt_answer import original_function
             raise Unfinished(getattr(original_function(operation), "__name__", "the operation"),
                              _where(_DIAGNOSES[-1] if _DIAGNOSES else None, names or {})) from None
         message = _explain(exc, name, captured.getvalue(), names or {})
@@ -284,7 +284,7 @@ def variant(operation: Any, **values: Any) -> Any:
     ``@ttl.operation`` copies the function's globals when it decorates it, so assigning the module's
     ``KV_BUFFERS`` afterwards changes nothing; this decorates the original function again with new values."""
     import types
-    from course.tt_answer import original_function
+    from course.lessons.tt_answer import original_function
     ttl, _ = simulator()
     function = original_function(operation)
     if function is operation:

@@ -33,7 +33,7 @@ launches inside it:
     written.require({"out": out})
 
 With ``launches=``, each checked launch's record comes back: its accesses and, for the techniques a
-lesson grades by measurement (:mod:`course.measured`), every ``tl.dot`` with its operands' shapes and dtypes.
+lesson grades by measurement (:mod:`course.grading.measured`), every ``tl.dot`` with its operands' shapes and dtypes.
 
 The checks cost a sorted search per access (NumPy, over the launch's few argument ranges) on top of
 recording its addresses, which the race check needs anyway.
@@ -369,7 +369,7 @@ def _explain(launch: _Launch, address: int, first_op: int, second_op: int, verb:
 def interpreter_checks(written: Written | None = None, launches: list | None = None) -> Iterator[None]:
     """Check every interpreted launch inside the block: OutOfBounds before a stray access runs, RaceError
     after a launch whose programs race; with ``written``, also note which bytes the launches stored; with
-    ``launches``, append each checked launch's record (its accesses, for course.counters)."""
+    ``launches``, append each checked launch's record (its accesses, for course.grading.counters)."""
     from triton.runtime import interpreter
 
     builder_cls, executor_cls = interpreter.InterpreterBuilder, interpreter.GridExecutor

@@ -7,8 +7,8 @@ the same dQ. Each passes a value check and misses its lesson, so each is measure
 sentence that says what was measured and where the technique went missing:
 
 - **causal tile skipping** (lesson 06, the backward of lesson 07): the key tiles each program loads,
-  against the tiles its rows see (:mod:`course.causal`'s model, bottom-right aligned). Triton kernels
-  run on the interpreter under :func:`course.racecheck.interpreter_checks`, which records which program
+  against the tiles its rows see (:mod:`course.models.causal`'s model, bottom-right aligned). Triton kernels
+  run on the interpreter under :func:`course.grading.racecheck.interpreter_checks`, which records which program
   read which elements; CUDA C and Metal kernels run on the CPU runtime in counters mode, which counts the
   bytes each buffer was read, on shapes where exactly one block has tiles to skip;
 - **matrix units** (lesson 05): both products of every key tile, on 16-bit operands for 16-bit inputs. For
@@ -26,8 +26,8 @@ sentence that says what was measured and where the technique went missing:
   its TTGIR read: every tile load of the loop that holds the products is an asynchronous copy issued ahead of
   its use, and K and V are copied by the TMA unit (loaded through tensor descriptors);
 - **no atomics in the split backward** (lesson 07): the atomic updates of every launch;
-- **the course's own models** (numeric exercises): which functions of ``course.roofline``, ``course.causal``,
-  ``course.memory_model``, ``course.fragments``, ... the learner's function called, where the lesson asks for the
+- **the course's own models** (numeric exercises): which functions of ``course.models.roofline``, ``course.models.causal``,
+  ``course.models.memory_model``, ``course.models.fragments``, ... the learner's function called, where the lesson asks for the
   count or the formula itself (:func:`refusing_model_calls`, :func:`model_references`).
 
 A measurement runs the learner's code on its own small shapes. When that code fails there for another
@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from course import causal
+from course.models import causal
 from course.errors import CheckFailed
 from course.inputs import Case
 
@@ -157,7 +157,7 @@ class _selects_recorded:
     def __enter__(self):
         from triton.runtime import interpreter
 
-        from course import racecheck
+        from course.grading import racecheck
         self.cls = interpreter.InterpreterBuilder
         self.saved = self.cls.create_select
 
@@ -183,7 +183,7 @@ def _run_recorded(fn: Callable[..., Any], args: tuple, kwargs: dict, selects: bo
     ``selects``, each launch also holds the selects (``tl.where``) its programs ran (:class:`_selects_recorded`)."""
     import contextlib
 
-    from course.racecheck import OutOfBounds, interpreter_checks
+    from course.grading.racecheck import OutOfBounds, interpreter_checks
     launches: list = []
     try:
         with interpreter_checks(launches=launches), (_selects_recorded() if selects else contextlib.nullcontext()):
@@ -468,7 +468,7 @@ _SIXTEEN_BIT = ("fp16", "bf16")
 
 
 def _source(launch, line: int) -> str:
-    from course.racecheck import _source as quoted
+    from course.grading.racecheck import _source as quoted
     return quoted(launch, line)
 
 
@@ -1059,7 +1059,7 @@ def _compiled_loops(path: str, stem: str) -> dict | None:
         env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
         env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         try:
-            done = subprocess.run([sys.executable, "-c", "from course.measured import _pipeline_worker; _pipeline_worker()"],
+            done = subprocess.run([sys.executable, "-c", "from course.grading.measured import _pipeline_worker; _pipeline_worker()"],
                                   input=json.dumps({"path": str(path), "stem": stem}), capture_output=True, text=True,
                                   env=env, cwd=PACKAGE_ROOT, timeout=300)
             lines = done.stdout.strip().splitlines()
@@ -1143,18 +1143,18 @@ def pipelining_triton(exercise: str, fn: Callable[..., Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # The course's own model functions in a numeric answer
 # ---------------------------------------------------------------------------------------------
-# course.roofline, course.causal, course.memory_model, course.fragments, ... compute exactly what some
+# course.models.roofline, course.models.causal, course.models.memory_model, course.models.fragments, ... compute exactly what some
 # numeric exercises ask. Each numeric exercise declares (course.exercises.MODEL_POLICY) which of them
 # its answer may call, where the lesson's point is to use them, and which it may not, where the lesson
 # asks for the count or the formula itself. A refused one is caught twice:
 # - where the answer runs (the learner's lab, the grader's notebook run): each call of the answer runs
 #   with a profile hook that sees every function entered while it runs, so a call through any alias,
 #   import, helper or other course function is seen; an answer that replaces the hook is refused too;
-# - where the grade is decided (course.recheck, which never runs the answer): the answer cell as handed
+# - where the grade is decided (course.grading.recheck, which never runs the answer): the answer cell as handed
 #   in is read, so an answer cell that also switches the first check off in the notebook still loses.
 
 def model_function(name: str) -> Callable[..., Any]:
-    """The course function a dotted name (``"course.roofline.attention_flops"``) names."""
+    """The course function a dotted name (``"course.models.roofline.attention_flops"``) names."""
     import importlib
     module, _, attribute = name.rpartition(".")
     return getattr(importlib.import_module(module), attribute)
@@ -1232,7 +1232,7 @@ def _course_object(dotted: str) -> Any:
 
 def model_references(source: str, refused: Iterable[str], line: int | None = None) -> list[str]:
     """The ``refused`` functions (dotted names) that ``source`` refers to: through ``course.x.f``, a module
-    imported under any name (``import course.roofline as r``, ``from course import roofline``), the function
+    imported under any name (``import course.models.roofline as r``, ``from course import roofline``), the function
     imported under any name, or a star import. With ``line``, only inside the function defined there
     (imports anywhere in ``source`` still count)."""
     try:

@@ -32,11 +32,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from course.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget, plain_attention
 from course.errors import CheckFailed, CourseError, learner_traceback, root_cause
 from course.inputs import Case
-from course.isolation import note_progress
-from course.racecheck import OutOfBounds, RaceError, Unwritten, Written, interpreter_checks
+from course.grading.isolation import note_progress
+from course.grading.racecheck import OutOfBounds, RaceError, Unwritten, Written, interpreter_checks
 from course.reference import attention, attention_backward, causal_mask
 
 __all__ = ["Report", "check_attention", "check_backward", "check_softmax", "check_merge_states", "check_values",

@@ -1,6 +1,6 @@
 """The grader's second pass: every test cell checked again, in a process no answer cell ever ran in.
 
-    python -m course.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json
+    python -m course.grading.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json
 
 The grader (``autograder.grade.recheck``) runs this in a sandbox of its own after nbgrader has run the
 learner's notebook, and the grade of each test cell is what this pass finds. The job comes on stdin (a pipe
@@ -10,18 +10,18 @@ a descriptor this process kept, would show it the hidden tests. Once read, stdin
 - ``setup``: the instructor's setup cells (imports), run first;
 - ``answers``: each answer cell of the lesson, as the learner handed it in, with what it answers:
   - ``python`` cells never run in this process. They run, in order, in an answer process of their own
-    (:mod:`course.answer_process`), and their names become :class:`course.answer_process.LiveAnswer`
+    (:mod:`course.grading.answer_process`), and their names become :class:`course.grading.answer_process.LiveAnswer`
     stand-ins that call them there, so each check judges what the learner's function computes now, on the
     arguments (drawn ones included) the check makes now. Checks that need more than return values (lesson
-    08's gradients and training run) read the cell first (:func:`course.capstone.refused_reach`), then have
+    08's gradients and training run) read the cell first (:func:`course.lessons.capstone.refused_reach`), then have
     the course's probe run around the function in that process, and judge the data it returns. What the
     notebook's checks recorded (``recordings``) decides nothing here;
   - ``triton`` cells give only their ``@triton.jit`` functions, which Triton's real compiler must accept
     before the course's own wrapper launches them (:mod:`course.tracks.triton_answer`);
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
     host calls) and launched by the course's own launcher;
-  - ``tt`` cells (TT-Lang, lesson 09) must pass :func:`course.tt_answer.gate` and are run with a few safe
-    built-ins and nothing else (:func:`course.tt_answer.build`);
+  - ``tt`` cells (TT-Lang, lesson 09) must pass :func:`course.lessons.tt_answer.gate` and are run with a few safe
+    built-ins and nothing else (:func:`course.lessons.tt_answer.build`);
 - ``tests``: the instructor's test cells, hidden tests included, run as written.
 
 ``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``.
@@ -70,13 +70,13 @@ def _kernel_module(answer: dict) -> Any:
 
 
 def _missing(answer: dict) -> Any:
-    from course.answers import FailedCell
+    from course.grading.answers import FailedCell
     return FailedCell(answer["names"][0], f"the answer cell {answer['cell']!r} is not in the notebook handed in")
 
 
 def _triton_functions(answer: dict) -> dict[str, Any]:
     """The course's wrappers around the learner's kernels, by the names the instructor's cell defines."""
-    from course.answers import FailedCell
+    from course.grading.answers import FailedCell
     from course.errors import CheckFailed
     from course.tracks.table import exercises
     from course.tracks.triton_answer import LearnerKernels, gate, graded_function
@@ -102,9 +102,9 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
 
 def _tt_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
     """The names a TT-Lang cell defines, built again from its text behind the gate, or the reason it failed."""
-    from course.answers import FailedCell
+    from course.grading.answers import FailedCell
     from course.errors import CheckFailed
-    from course.tt_answer import build
+    from course.lessons.tt_answer import build
     if answer.get("source") is None:
         return {name: _missing(answer | {"names": [name]}) for name in answer["names"]}
     try:
@@ -117,7 +117,7 @@ def _tt_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) 
 
 def _namespace(job: dict) -> dict[str, Any]:
     import course
-    from course.answer_process import AnswerProcess, LiveAnswer
+    from course.grading.answer_process import AnswerProcess, LiveAnswer
     if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
         from course.tracks.triton_answer import compile_server
         compile_server().warm()  # its start-up (a Python and a Triton import) overlaps the setup cells
@@ -148,7 +148,7 @@ def _namespace(job: dict) -> dict[str, Any]:
 
 
 def _message(exc: BaseException) -> str:
-    from course.answers import NotFinished
+    from course.grading.answers import NotFinished
     from course.errors import CheckFailed
     if isinstance(exc, (CheckFailed, NotFinished, AssertionError)) and str(exc):
         return str(exc)
@@ -163,10 +163,12 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
 
     import os
     from course import track_choice
+    # Both are put back when the job ends, so a run inside another process (a test) leaves it as it was.
+    stop_before = track_choice.STOP_AT_FIRST_PASS
     track_choice.STOP_AT_FIRST_PASS = True
     # The grader's environment says "autograde", which tells the notebook's checks to record and skip the
     # compiler; here is where the compiler runs.
-    os.environ.pop("NBGRADER_EXECUTION", None)
+    execution_before = os.environ.pop("NBGRADER_EXECUTION", None)
     results: dict[str, dict[str, Any]] = {}
     namespace = _namespace(job)
     previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -192,6 +194,9 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     finally:
         signal.signal(signal.SIGALRM, previous)
         namespace["__answer_process__"].close()
+        track_choice.STOP_AT_FIRST_PASS = stop_before
+        if execution_before is not None:
+            os.environ["NBGRADER_EXECUTION"] = execution_before
     return results
 
 
@@ -206,10 +211,10 @@ def _forget_stdin() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3) or args[0] != "-":
-        print("usage: python -m course.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json (the job comes on stdin: "
+        print("usage: python -m course.grading.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json (the job comes on stdin: "
               "a file would be readable by the learner's answer cells)", file=sys.stderr)
         return 2
-    from course.answer_process import protect_this_process, stop_every_answer_process
+    from course.grading.answer_process import protect_this_process, stop_every_answer_process
     # The learner's Python answers run in children of this process: none may reach it, or outlive the result.
     protect_this_process()
     job = json.loads(sys.stdin.buffer.read())

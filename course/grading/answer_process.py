@@ -1,13 +1,13 @@
 """A learner's Python answers, run again in a process of their own when the grade is decided.
 
-The re-check (:mod:`course.recheck`) grades each test cell in a fresh process. A Python exercise hands
+The re-check (:mod:`course.grading.recheck`) grades each test cell in a fresh process. A Python exercise hands
 the learner's function to a check; running that function in the checker's own process would hand it the
-checks, the oracle and the result, and answering from what the notebook recorded (:mod:`course.recording`)
+checks, the oracle and the result, and answering from what the notebook recorded (:mod:`course.grading.recording`)
 grades whatever the notebook's process chose to record (a cell that rebinds ``course.check`` can record the
 oracle's answers for a stub). So the Python answer cells, as handed in, run here, in a child process, after
 the instructor's setup cells, and the checker calls each function through a pipe:
 
-- arguments go in and values come back as data (``course.recording``'s encoding: tensors as bytes,
+- arguments go in and values come back as data (``course.grading.recording``'s encoding: tensors as bytes,
   numbers, strings, tuples and lists; nothing is unpickled on the checker's side), so the child can answer
   calls, and only answer them;
 - the checker's process cannot be reached from the child: it is not dumpable (no ptrace, no reading its
@@ -16,12 +16,12 @@ the instructor's setup cells, and the checker calls each function through a pipe
 
 Checks that need more than return values (lesson 08's gradients, what its autograd.Function saved and what
 PyTorch ran, a short training run) ask the child to run one of the course's *probes* around a name the cells
-defined (:data:`course.capstone.PROBES`, imported in the child before the setup and any answer cell run): the
+defined (:data:`course.lessons.capstone.PROBES`, imported in the child before the setup and any answer cell run): the
 probe is the course's code, the arguments are the checker's, the learner's cells only name which of their
 functions it wraps, and what comes back is the probe's data. What the notebook's own run recorded decides
 nothing. The child starts on the first call.
 
-    python -m course.answer_process      (the child: the setup on stdin's first JSON line, then one request per
+    python -m course.grading.answer_process      (the child: the setup on stdin's first JSON line, then one request per
                                           line: run an answer cell, or call one of the names it defined, alone
                                           or inside a named course probe)
 """
@@ -143,7 +143,7 @@ class AnswerProcess:
         ends the child, is left out and the child started again without it: only its own names fail."""
         env = dict(os.environ, NBGRADER_EXECUTION="autograde",  # widgets and demonstrations draw nothing there
                    COURSE_ANSWER_PARENT=str(os.getpid()))
-        self.proc = subprocess.Popen([sys.executable, "-m", "course.answer_process"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "course.grading.answer_process"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         _RUNNING.append(self)
@@ -194,8 +194,8 @@ class AnswerProcess:
 
     def call(self, name: str, args: tuple, kwargs: dict, probe: str | None = None) -> Any:
         """``name``'s answer to ``args`` and ``kwargs``; with ``probe``, the answer of that course probe
-        (:data:`course.capstone.PROBES`) run around ``name`` in the child."""
-        from course.recording import decode, encode
+        (:data:`course.lessons.capstone.PROBES`) run around ``name`` in the child."""
+        from course.grading.recording import decode, encode
         if self.proc is None:
             try:
                 self._start()
@@ -328,7 +328,7 @@ def _serve() -> int:
     import io
     _end_with_parent()
     from course.errors import root_cause
-    from course.recording import decode, encode
+    from course.grading.recording import decode, encode
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     quiet = os.open(os.devnull, os.O_WRONLY)
@@ -344,8 +344,8 @@ def _serve() -> int:
     import torch
     torch.set_num_threads(1)  # one thread: the same memory and the same sums on every machine
     # The course's probes, bound before any cell runs; what they look up later, the answer cell may not reach
-    # (course.capstone.refused_reach reads it before a probe is asked for).
-    from course.capstone import PROBES
+    # (course.lessons.capstone.refused_reach reads it before a probe is asked for).
+    from course.lessons.capstone import PROBES
     probes = dict(PROBES)
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for cell in job.get("setup", []):

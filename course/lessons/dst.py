@@ -176,7 +176,7 @@ def _caller() -> tuple[str, int]:
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if "/ttl/" not in name and not name.endswith(("course/dst.py", "contextlib.py")):
+        if "/ttl/" not in name and not name.endswith(("course/lessons/dst.py", "contextlib.py")):
             return name, frame.f_lineno
         frame = frame.f_back
     return "?", 0

@@ -1,14 +1,14 @@
-"""Memory-traffic counters a learner can trust without a GPU: ``course.counters(kernel_or_function, *inputs)``.
+"""Memory-traffic counters a learner can trust without a GPU: ``course.grading.counters(kernel_or_function, *inputs)``.
 
-    c = course.counters(tiled_cuda, q, k, v)          # a %%cuda / %%metal module: the step's own launch
-    c = course.counters(kernel, grid, block, args)    # one course.simt.RawKernel launch
-    c = course.counters(tiled_attention, q, k, v)     # a Python function launching Triton or SIMT kernels
+    c = course.grading.counters(tiled_cuda, q, k, v)          # a %%cuda / %%metal module: the step's own launch
+    c = course.grading.counters(kernel, grid, block, args)    # one course.simt.RawKernel launch
+    c = course.grading.counters(tiled_attention, q, k, v)     # a Python function launching Triton or SIMT kernels
     c                                                 # a table in the notebook; print(c) for plain text
     c.metrics["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"], c.by_tensor["k"]["load_bytes"], c.rows
 
 CUDA C and Metal kernels run on the CPU runtime in counters mode (``check="counters"``): every access
 is grouped with the other lanes of its warp at the same instruction and costed with
-:mod:`course.memory_model` (requests, 32-byte sectors, bytes requested and moved; shared-memory
+:mod:`course.models.memory_model` (requests, 32-byte sectors, bytes requested and moved; shared-memory
 wavefronts and bank conflicts), with barriers, atomics and vector widths, in Nsight Compute's names
 where it has one (course.simt.counters.NSIGHT; the course's own are ``course__...``). Triton kernels run
 on the interpreter, which has no warps: for them the counters are the bytes each program loads and
@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from course import memory_model as mm
+from course.models import memory_model as mm
 from course.errors import CheckFailed, CourseError
 from course.tracks.table import TRACK_NAMES
 from course.simt.counters import MODULE, OPS, SHARED, LaunchCounters, set_cost_model, tensor_table
@@ -92,8 +92,8 @@ COURSE = {
 def pattern_cost(memory: str, width: int, lanes: tuple[tuple[int, int], ...], op: str = "load") -> dict[str, int]:
     """The cost of one warp access; ``lanes`` holds (lane, byte offset) for each lane taking part.
 
-    Global memory: sectors and distinct bytes requested, by :func:`course.memory_model.coalescing`.
-    Shared memory: wavefronts and bank conflicts by :func:`course.memory_model.bank_access`, counting only
+    Global memory: sectors and distinct bytes requested, by :func:`course.models.memory_model.coalescing`.
+    Shared memory: wavefronts and bank conflicts by :func:`course.models.memory_model.bank_access`, counting only
     the phases that have a lane taking part; the conflicts are the wavefronts beyond one per phase.
     8- and 16-byte shared *loads* then pair their phases as Hopper does (:func:`_paired_phases`).
     """
@@ -293,7 +293,7 @@ _KIND = {"r": "load", "w": "store", "a": "atomic"}
 
 
 def triton_counters(launch) -> TritonCounters:
-    """Counters of one launch recorded by :func:`course.racecheck.interpreter_checks` (its ``launches=`` list)."""
+    """Counters of one launch recorded by :func:`course.grading.racecheck.interpreter_checks` (its ``launches=`` list)."""
     spans = sorted(((t.data_ptr(), t.data_ptr() + max(t.numel(), 1) * t.element_size(), name)
                     for name, t in launch.buffers), key=lambda s: s[0])
     starts = np.array([s[0] for s in spans], dtype=np.uint64)
@@ -374,7 +374,7 @@ def _describe(name: str) -> str:
 
 @dataclass
 class Counters:
-    """What ``course.counters`` measured: one entry per kernel launch, with sums over all of them.
+    """What ``course.grading.counters`` measured: one entry per kernel launch, with sums over all of them.
 
     ``metrics``: metric name -> value over every launch (Nsight Compute's names where it has one, see
     ``describe``); ``by_tensor``: per tensor, the bytes loaded / stored / updated atomically and (CUDA C,
@@ -571,7 +571,7 @@ def counters(target: Any, *inputs: Any, tiles=None, exercise: str | None = None,
     kernels. CUDA C and Metal kernels run on the CPU runtime in counters mode; Triton kernels on the
     interpreter. Returns a :class:`Counters` (a table in a notebook).
     """
-    from course.racecheck import interpreter_checks
+    from course.grading.racecheck import interpreter_checks
     from course.simt import RawKernel, RawModule
     from course.simt.kernel import collect_counters
 
@@ -585,7 +585,7 @@ def counters(target: Any, *inputs: Any, tiles=None, exercise: str | None = None,
         raise CourseError("a @triton.jit kernel is launched as kernel[grid](...): pass the Python function that "
                           "launches it (and its inputs) instead.")
     if not callable(target):
-        raise CourseError(f"course.counters measures a kernel, a %%cuda / %%metal module or a function; got "
+        raise CourseError(f"course.grading.counters measures a kernel, a %%cuda / %%metal module or a function; got "
                           f"{type(target).__name__}.")
     triton_launches: list = []
     order: list = []
@@ -602,7 +602,7 @@ def counters(target: Any, *inputs: Any, tiles=None, exercise: str | None = None,
 
 def _stub_exercise(module) -> str | None:
     """The exercise whose kernel ``module`` still is exactly as handed out (every solution region empty)."""
-    from course.engines import untouched_stub
+    from course.grading.engines import untouched_stub
     from course.tracks.table import exercises
     for row in exercises(track=module.language):
         if row.entry[0] in module.kernels and untouched_stub(row.id, module.code):
@@ -615,7 +615,7 @@ def _refuse_unfinished(target: Any) -> None:
     that still holds the kernel as handed out (it would run, and load no K or V at all)."""
     import os
 
-    from course.answers import NotFinished
+    from course.grading.answers import NotFinished
     from course.paths import REPO
     from course.simt import RawModule
     from course.simt.magic import CompileFailed
@@ -639,8 +639,8 @@ def first_finished(*inputs: Any, **tracks: Any) -> tuple[str, Counters]:
     Triton kernels) that is finished: ``track, c = first_finished(q, k, v, triton=f, cuda=m, metal=m2)``.
 
     A track still holding its stub (or whose cell failed) is skipped; when none is finished, one sentence
-    (course.answers.NotFinished) says so. Any other error of a kernel is raised as it is."""
-    from course.answers import NotFinished, unfinished_sentence
+    (course.grading.answers.NotFinished) says so. Any other error of a kernel is raised as it is."""
+    from course.grading.answers import NotFinished, unfinished_sentence
     for track, target in tracks.items():
         try:
             return track, counters(target, *inputs)
@@ -675,7 +675,7 @@ def check_measured(exercise: str, fn: Callable[..., Any], kernel: Any) -> str:
     Raises CheckFailed with the per-tensor breakdown when they disagree; returns the line to print when
     they agree. ``kernel`` is a %%cuda / %%metal module of lesson 03 or 04, or a function ``f(q, k, v)``
     launching Triton kernels (lesson 03's or 04's, with LSE)."""
-    from course import roofline
+    from course.models import roofline
     from course.inputs import make_qkv
 
     if exercise not in MEASURED_EXERCISES:
@@ -703,7 +703,7 @@ def check_measured(exercise: str, fn: Callable[..., Any], kernel: Any) -> str:
             f"{exercise}: your kernel moved {moved:,} bytes at {where} ({parts}), but the lesson's count for a tiled "
             f"kernel is {lesson:,}: Q read once, K and V once per program, O and the float32 LSE written once.\n"
             f"  hint: a tensor whose bytes are off is read or written more (or less) often than that; "
-            f"course.counters(your_kernel, q, k, v) shows which source line does it.")
+            f"course.grading.counters(your_kernel, q, k, v) shows which source line does it.")
     if theirs != moved:
         raise CheckFailed(f"{exercise}: at {where} your formula gives {theirs!r} bytes, but your kernel was measured to "
                           f"move {moved:,} ({parts}).")
@@ -736,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from course.tracks.table import exercises
 
     steps = {row.lesson: row.id for row in exercises(track="cuda") if row.id in cuda.STEPS}
-    parser = argparse.ArgumentParser(prog="course.counters.main", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="course.grading.counters.main", description=main.__doc__)
     parser.add_argument("lesson", choices=sorted(steps))
     parser.add_argument("--n", type=int, default=64, help="query and key length (default 64)")
     parser.add_argument("--d", type=int, default=32, help="head dim (default 32)")
@@ -772,7 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _CallableModule(type(math)):
-    """``course.counters(...)`` measures; ``course.counters.Counters`` and the rest stay reachable."""
+    """``course.grading.counters(...)`` measures; ``course.grading.counters.Counters`` and the rest stay reachable."""
 
     def __call__(self, target: Any, *inputs: Any, **options: Any) -> Counters:
         return counters(target, *inputs, **options)

@@ -5,8 +5,8 @@ A Python exercise (``01.attention_torch``) is checked in the learner's own proce
 cell can rebind ``course.check`` or patch torch. So under the grader the notebook's checks also
 *record*: each call the check makes to the learner's function, keyed by a digest of its arguments,
 with what the function returned (or raised), in an output of the test cell. The grade is decided
-afterwards by :mod:`course.recheck`, which runs the answer cells again in an answer process of their own
-(:mod:`course.answer_process`), lesson 08's probes included (they run there, around the cell's function), so
+afterwards by :mod:`course.grading.recheck`, which runs the answer cells again in an answer process of their own
+(:mod:`course.grading.answer_process`), lesson 08's probes included (they run there, around the cell's function), so
 no grade is decided by a recording. :class:`Replay` still answers a check from one, call by call.
 
 Forging the recording gains nothing. Its answers are only data: the checker compares them with its

@@ -4,8 +4,8 @@ A TT-Lang operation is checked like a kernel of the other tracks: against the fl
 the LSE, with the error budget of bfloat16 inputs (what the course uploads; the simulator computes the
 tiles in float32). Three things are checked beyond the numbers:
 
-- **DST**: every compute step (one ``store``) must fit the register file, counted by :mod:`course.dst`;
-- **what the run built**: no PyTorch tensor larger than a few blocks of tiles (:mod:`course.footprint`, on every
+- **DST**: every compute step (one ``store``) must fit the register file, counted by :mod:`course.lessons.dst`;
+- **what the run built**: no PyTorch tensor larger than a few blocks of tiles (:mod:`course.grading.footprint`, on every
   case), so a kernel cannot compute attention on whole tensors while the simulator looks on;
 - **what was read**: a causal kernel must skip the key tiles past the diagonal, counted from the
   simulator's trace (the reader's copies of K).
@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import torch
 
-from course.engines import Mistake, Report, check_attention, check_values
+from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.errors import CheckFailed
 from course.inputs import Case
 
@@ -46,7 +46,7 @@ def _grid_cases() -> list[Case]:
 
 
 def _operation(exercise: str, candidate: Any) -> Any:
-    from course.tt_answer import gate_operation
+    from course.lessons.tt_answer import gate_operation
     if getattr(candidate, "__pykernel_config__", None) is None:
         raise CheckFailed(f"{exercise}: expected the @ttl.operation your cell defines, got "
                           f"{type(candidate).__name__} {getattr(candidate, '__name__', '')!r}. Run that cell first.")
@@ -56,7 +56,7 @@ def _operation(exercise: str, candidate: Any) -> Any:
 
 def _attention(exercise: str, operation: Any, causal: bool | None):
     """The operation as check_attention calls an attention function, checking DST and the footprint of each run."""
-    from course import dataflow, dst
+    from course.lessons import dataflow, dst
 
     def fn(q, k, v, causal=causal):
         if causal and q.shape[0] > k.shape[0]:
@@ -112,7 +112,7 @@ def _rows(capacity_of, operands_times=True, floor=True):
 
 
 def _capacity(dtype_bits: int, full_sync: bool) -> int:
-    from course.dst import capacity
+    from course.lessons.dst import capacity
     return capacity(dtype_bits, full_sync)
 
 
@@ -172,7 +172,7 @@ def _loads(plan, q_tiles, k_tiles, causal) -> list[int]:
 
 def grid_assignment(fn: Any, arguments: Iterable[tuple] | None = None) -> Report:
     exercise = "09.grid_assignment"
-    from course.engines import _call
+    from course.grading.engines import _call
     arguments = list(arguments or _PLAN_ARGS)
     for q_tiles, k_tiles, cores, causal in arguments:
         call = f"assign_query_tiles({q_tiles}, {k_tiles}, {cores}, causal={causal})"
