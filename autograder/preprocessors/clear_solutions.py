@@ -8,6 +8,9 @@ here looks at each cell's magic line and uses a comment stub of the right langua
 It also refuses a magic cell that is a solution cell without ``BEGIN SOLUTION`` / ``END SOLUTION``
 lines: nbgrader would replace the whole cell by the stub, magic line included, and the student's
 notebook would silently stop writing (or compiling) the file.
+
+The region rule itself (which lines go, what replaces them) is ``course.solution_regions``, the one
+place that knows it: the learner's lab strips kernel files with it, and this preprocessor strips cells.
 """
 from __future__ import annotations
 
@@ -18,35 +21,16 @@ from typing import Any
 from nbformat import NotebookNode
 from nbgrader import utils
 from nbgrader.preprocessors import ClearSolutions
-from traitlets import Dict
+from traitlets import Dict, default
 
-__all__ = ["LanguageAwareClearSolutions", "MissingSolutionDelimitersError", "cell_language", "file_language",
-           "clear_solution_regions", "CODE_STUBS"]
+# course.solution_regions is imported inside the functions below, not here: importing it runs the course
+# package (torch included, 1.3 s measured), and every nbgrader command, grading ones included, loads this
+# module with its configuration; only the release strips solutions.
 
-CODE_STUBS: dict[str, str] = {
-    "cuda": "// YOUR CODE HERE",
-    "metal": "// YOUR CODE HERE",
-    "c": "/* YOUR CODE HERE */",
-}
+__all__ = ["LanguageAwareClearSolutions", "MissingSolutionDelimitersError", "cell_language"]
 
 # Cell magics whose body is not Python, by magic name.
 MAGIC_LANGUAGES: dict[str, str] = {"cuda": "cuda", "metal": "metal"}
-
-# Files written by %%writefile whose contents are not Python, by extension.
-EXTENSION_LANGUAGES: dict[str, str] = {
-    ".cu": "cuda", ".cuh": "cuda",
-    ".metal": "metal",
-    ".c": "c", ".h": "c", ".cc": "c", ".cpp": "c", ".hpp": "c",
-}
-
-
-def file_language(name: str) -> str | None:
-    """The stub language of a source file, by extension (``.py`` is Python); None when unknown."""
-    suffix = re.search(r"\.[^./\\]+$", name)
-    if not suffix:
-        return None
-    suffix = suffix.group(0).lower()
-    return "python" if suffix == ".py" else EXTENSION_LANGUAGES.get(suffix)
 
 
 class MissingSolutionDelimitersError(RuntimeError):
@@ -81,6 +65,7 @@ def cell_language(source: str) -> str | None:
         return MAGIC_LANGUAGES[name]
     if name == "writefile":
         target = _writefile_target(arguments) or ""
+        from course.solution_regions import EXTENSION_LANGUAGES
         suffix = re.search(r"\.[^./\\]+$", target)
         return EXTENSION_LANGUAGES.get(suffix.group(0).lower()) if suffix else None
     return None
@@ -89,10 +74,12 @@ def cell_language(source: str) -> str | None:
 class LanguageAwareClearSolutions(ClearSolutions):
     """``ClearSolutions`` with a stub per cell: ``//`` for CUDA and Metal, ``/* */`` for C, else the notebook's."""
 
-    code_stub = Dict(
-        {**ClearSolutions.class_traits()["code_stub"].make_dynamic_default(), **CODE_STUBS},
-        help="The code snippet that replaces a solution region, by language.",
-    ).tag(config=True)
+    code_stub = Dict(help="The code snippet that replaces a solution region, by language.").tag(config=True)
+
+    @default("code_stub")
+    def _default_code_stub(self) -> dict[str, str]:
+        from course.solution_regions import CODE_STUBS
+        return {**ClearSolutions.class_traits()["code_stub"].make_dynamic_default(), **CODE_STUBS}
 
     def preprocess_cell(self, cell: NotebookNode, resources: dict[str, Any], cell_index: int
                         ) -> tuple[NotebookNode, dict[str, Any]]:
@@ -112,11 +99,12 @@ class LanguageAwareClearSolutions(ClearSolutions):
         finally:
             resources["language"] = notebook_language
 
-
-def clear_solution_regions(source: str, language: str) -> str:
-    """``source`` with every ``BEGIN SOLUTION`` ... ``END SOLUTION`` region replaced by the stub of
-    ``language``, exactly as the release does it in a notebook cell (so a kernel file and the notebook
-    cell that shows it are stripped alike). Raises ``RuntimeError`` on an unclosed or nested region."""
-    cell = NotebookNode(cell_type="code", source=source, metadata={})
-    LanguageAwareClearSolutions()._replace_solution_region(cell, language)
-    return cell.source
+    def _replace_solution_region(self, cell: NotebookNode, language: str) -> bool:
+        """nbgrader's hook, answered by the course's one region rule (same lines, same stubs)."""
+        from course.solution_regions import BEGIN_SOLUTION, END_SOLUTION, clear_solution_regions
+        if self.begin_solution_delimeter != BEGIN_SOLUTION or self.end_solution_delimeter != END_SOLUTION:
+            return super()._replace_solution_region(cell, language)
+        stub = self.code_stub[language] if cell.cell_type == "code" else self.text_stub
+        replaced = BEGIN_SOLUTION in cell.source
+        cell.source = clear_solution_regions(cell.source, stub)
+        return replaced

@@ -20,11 +20,10 @@ from typing import Any, Callable, Iterable
 
 from autograder import BUILD_DIR, NOTEBOOKS_DIR, REPO_ROOT, SOLUTIONS_DIR
 from autograder.coursedir import CourseDir, error_summary
+from course.solution_regions import LEAK_MARKERS
 
-__all__ = ["Release", "ReleaseError", "LEAK_MARKERS", "release", "find_assignments", "check_kernel_cells",
+__all__ = ["Release", "ReleaseError", "release", "find_assignments", "check_kernel_cells",
            "build_release", "verify_release", "stale_notebooks", "write_release"]
-
-LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 
 class ReleaseError(Exception):

@@ -144,40 +144,34 @@ def kernels_folder() -> Path:
     return _course_package().parent / "kernels"
 
 
-_COMMENT = {".py": "#", ".cu": "//", ".cuh": "//", ".metal": "//", ".c": "//", ".h": "//", ".cpp": "//", ".hpp": "//"}
+_LANGUAGES = {".py": "python", ".cu": "cuda", ".cuh": "cuda", ".metal": "metal", ".c": "c", ".h": "c", ".cpp": "c",
+              ".hpp": "c"}
 
 
 def write_kernels_without_solutions(source: Path, dest: Path, whole: tuple[str, ...] = ()) -> None:
     """Copy the kernel sources in ``source`` to ``dest`` with every solution region removed.
 
     The repository's kernels are the complete reference solutions; a submission that could read
-    them at grading time could hand them in. The sandbox shows this copy in their place. ``whole``
+    them at grading time could hand them in. The sandbox shows this copy in their place, each region
+    cut to one line that says so (``course.solution_regions.grading_stub``). ``whole``
     names files (relative to ``source``, e.g. ``triton/06_causal.py``) copied as they are: the lesson
     being graded calls them and does not ask for them (lesson 08 wraps lessons 06 and 07).
     """
+    # Imported here, not at the top: importing it runs the course package (torch included, 1.3 s measured),
+    # which every grader command would pay for this module's settings; a grading that strips kernels has
+    # imported the course already (it reads the exercise table first).
+    from course.solution_regions import clear_solution_regions, grading_stub
+
     for path in sorted(Path(source).rglob("*")):
-        comment = _COMMENT.get(path.suffix)
-        if not path.is_file() or comment is None or "__pycache__" in path.parts:
+        language = _LANGUAGES.get(path.suffix)
+        if not path.is_file() or language is None or "__pycache__" in path.parts:
             continue
         target = Path(dest) / path.relative_to(source)
-        if path.relative_to(source).as_posix() in whole:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-            continue
-        kept, inside = [], False
-        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-            if "BEGIN SOLUTION" in line:
-                inside = True
-                indent = line[: len(line) - len(line.lstrip())]
-                # Python gets a statement, so that a region that was a block's whole body still parses.
-                kept.append(f'{indent}raise NotImplementedError("(solution removed for grading)")\n' if comment == "#"
-                            else f"{indent}{comment} (solution removed for grading)\n")
-            elif "END SOLUTION" in line:
-                inside = False
-            elif not inside:
-                kept.append(line)
+        text = path.read_text(encoding="utf-8")
+        if path.relative_to(source).as_posix() not in whole:
+            text = clear_solution_regions(text, grading_stub(language))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text("".join(kept), encoding="utf-8")
+        target.write_text(text, encoding="utf-8")
 
 
 def _system_binds() -> list[str]:

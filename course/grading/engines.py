@@ -38,6 +38,7 @@ from course.inputs import Case
 from course.grading.isolation import note_progress
 from course.grading.racecheck import OutOfBounds, RaceError, Unwritten, Written, interpreter_checks
 from course.reference import attention, attention_backward, causal_mask
+from course.solution_regions import BEGIN_SOLUTION, REMOVED_FOR_GRADING, SolutionRegionError, clear_solution_regions
 
 __all__ = ["Report", "check_attention", "check_backward", "check_softmax", "check_merge_states", "check_values",
            "Mistake", "quiet", "untouched_stub"]
@@ -119,18 +120,14 @@ def untouched_stub(exercise: str, code: str) -> bool:
     except (CourseError, OSError):
         return False
     # The grader's sandbox shows kernels/ with each region already cut to one marker line.
-    removed = "(solution removed for grading)"
-    if "BEGIN SOLUTION" not in reference and removed not in reference:
+    if BEGIN_SOLUTION not in reference and REMOVED_FOR_GRADING not in reference:
         return False
-    lines, kept, inside = reference.splitlines(keepends=True), [], False
-    for line in lines:
-        if "BEGIN SOLUTION" in line:
-            inside = True
-        elif "END SOLUTION" in line:
-            inside = False
-        elif not inside and removed not in line:
-            kept.append(line)
-    return _code_only(code) == _code_only("".join(kept))
+    try:
+        emptied = clear_solution_regions(reference, "")
+    except SolutionRegionError:
+        return False
+    kept = [line for line in emptied.split("\n") if REMOVED_FOR_GRADING not in line]
+    return _code_only(code) == _code_only("\n".join(kept))
 
 
 def _fmt(x: float) -> str:

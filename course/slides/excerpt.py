@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from course.slides.errors import SourceMissing
 from course.slides.sources import comment_text
+from course.solution_regions import MARKER_LINE
 
 __all__ = ["Excerpt", "excerpt", "Step", "match", "block", "span", "resolve", "line_spec"]
-
-_MARKER = re.compile(r"^\s*(?:#|//)\s*(?:region:|endregion:|BEGIN SOLUTION|END SOLUTION|BEGIN HIDDEN|END HIDDEN)")
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ def excerpt(raw: str, python: bool, keep_comments: bool = False) -> Excerpt:
     out (unless ``keep_comments``), runs of blank lines collapsed."""
     lines, comments, pending = [], [], []
     for line in textwrap.dedent(raw).splitlines():
-        if _MARKER.match(line):
+        if MARKER_LINE.match(line):
             continue
         text = comment_text(line, python)
         if text is not None and not keep_comments:

@@ -9,7 +9,7 @@ The folder holds what a learner works with and nothing else:
 - ``notebooks/NN_name/*.ipynb``: the student notebooks as the release wrote them to ``notebooks/``;
 - ``kernels/<track>/*``: the kernel files with every ``BEGIN SOLUTION`` ... ``END SOLUTION`` region
   replaced by the stub the release puts in the notebook cell that shows the file (the same function
-  strips both, ``autograder.preprocessors.clear_solutions.clear_solution_regions``);
+  strips both, ``course.solution_regions.clear_solution_regions``);
 - ``.course/`` (hidden from JupyterLab's file browser): the record of what the last build wrote, and
   the Jupyter configuration of this lab.
 
@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course.paths import CHECKOUT, LAB_MARKER, REPO
+from course.solution_regions import (CODE_STUBS, LEAK_MARKERS, SolutionRegionError, clear_solution_regions,
+                                     file_language, has_solution_region)
 
 __all__ = ["DEFAULT_DEST", "NBGRADER_SERVER_EXTENSIONS", "NBGRADER_LAB_EXTENSION", "LabBuildError", "BuildReport",
            "release_files", "build", "config_dir", "lab_environment", "lab_command", "main"]
@@ -99,11 +101,6 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _leak_markers() -> tuple[str, ...]:
-    from autograder.release.build import LEAK_MARKERS
-    return LEAK_MARKERS
-
-
 def _visible_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*")
                   if p.is_file() and not _SKIPPED_DIRS.intersection(p.relative_to(folder).parts)
@@ -111,19 +108,17 @@ def _visible_files(folder: Path) -> list[Path]:
 
 
 def _stripped_kernel(path: Path) -> bytes:
-    from autograder.preprocessors.clear_solutions import clear_solution_regions, file_language
-
     text = path.read_text(encoding="utf-8")
     shown = path.relative_to(_SOURCE) if path.is_relative_to(_SOURCE) else path
-    if "BEGIN SOLUTION" not in text and "END SOLUTION" not in text:
+    if not has_solution_region(text):
         return text.encode("utf-8")
     language = file_language(path.name)
     if language is None:
         raise LabBuildError(f"{shown} has a solution region, but the course has no stub for '{path.suffix}' files; "
-                            f"add the language to EXTENSION_LANGUAGES in autograder/preprocessors/clear_solutions.py.")
+                            f"add the language to EXTENSION_LANGUAGES in course/solution_regions.py.")
     try:
-        return clear_solution_regions(text, language).encode("utf-8")
-    except RuntimeError as exc:
+        return clear_solution_regions(text, CODE_STUBS[language]).encode("utf-8")
+    except SolutionRegionError as exc:
         raise LabBuildError(f"{shown}: {exc} (every BEGIN SOLUTION needs its own END SOLUTION).") from None
 
 
@@ -138,7 +133,7 @@ def release_files(notebooks: Path = NOTEBOOKS, kernels: Path = KERNELS) -> dict[
             files[f"notebooks/{path.parent.name}/{path.name}"] = path.read_bytes()
     for path in _visible_files(Path(kernels)):
         files[f"kernels/{path.relative_to(kernels).as_posix()}"] = _stripped_kernel(path)
-    markers = _leak_markers()
+    markers = LEAK_MARKERS
     for name, data in files.items():
         found = [m for m in markers if m.encode() in data]
         if found:

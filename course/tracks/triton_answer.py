@@ -30,12 +30,13 @@ from typing import Any, Callable
 
 from course.errors import CheckFailed
 from course.kernels import kernel_path
+from course.solution_regions import BEGIN_SOLUTION, REMOVED_FOR_GRADING
 from course.tracks.table import KernelExercise
 
 __all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped", "compile_server"]
 
 _JIT_NAMES = {"jit", "autotune", "heuristics"}
-_SOLUTION_MARKS = ("BEGIN SOLUTION", "(solution removed for grading)")
+_SOLUTION_MARKS = (BEGIN_SOLUTION, REMOVED_FOR_GRADING)  # a region, or the sandbox's line in its place
 _MODULE_PREFIX = "course_learner_kernels."
 
 

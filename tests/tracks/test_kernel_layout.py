@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.preprocessors.clear_solutions import clear_solution_regions, file_language
+from course.solution_regions import CODE_STUBS, clear_solution_regions, file_language
 from course.paths import KERNELS
 
 GIVEN_MARKER = "---- given code below this line: you do not edit it ----"
@@ -89,7 +89,7 @@ def _python_functions(text: str) -> list[tuple[int, int, bool]]:
 def layout(text: str, name: str) -> Layout:
     """Where the learner's parts, the given code and the marker lie in the handed-out form of ``text``."""
     language = file_language(name)
-    handed_out = clear_solution_regions(text, language)
+    handed_out = clear_solution_regions(text, CODE_STUBS[language])
     python = language == "python"
     comment = "#" if python else "//"
     lines = handed_out.split("\n")
