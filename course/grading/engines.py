@@ -38,6 +38,7 @@ from course.inputs import Case
 from course.grading.isolation import note_progress
 from course.grading.racecheck import OutOfBounds, RaceError, Unwritten, Written, interpreter_checks
 from course.reference import attention, attention_backward, causal_mask
+from course.simt.compiler import blank_comments
 from course.solution_regions import BEGIN_SOLUTION, REMOVED_FOR_GRADING, SolutionRegionError, clear_solution_regions
 
 __all__ = ["Report", "check_attention", "check_backward", "check_softmax", "check_merge_states", "check_values",
@@ -101,8 +102,7 @@ def _quietly(check: Callable) -> Callable:
 def _code_only(text: str) -> str:
     """C-like source without comments, string contents or whitespace: what two texts share when they differ
     only in comments and layout."""
-    from course.simt.compiler import _blank_comments
-    return "".join(_blank_comments(text).split())
+    return "".join(blank_comments(text).split())
 
 
 def untouched_stub(exercise: str, code: str) -> bool:

@@ -468,7 +468,7 @@ _SIXTEEN_BIT = ("fp16", "bf16")
 
 
 def _source(launch, line: int) -> str:
-    from course.grading.racecheck import _source as quoted
+    from course.grading.racecheck import launch_source as quoted
     return quoted(launch, line)
 
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from course.errors import CourseError
 
-__all__ = ["OutOfBounds", "RaceError", "Unwritten", "Written", "interpreter_checks", "racecheck"]
+__all__ = ["OutOfBounds", "RaceError", "Unwritten", "Written", "interpreter_checks", "racecheck", "launch_source"]
 
 
 class RaceError(CourseError):
@@ -199,7 +199,7 @@ def _record(kind: str, ptrs, mask) -> None:
 def _fault_fields(launch: _Launch, addresses: np.ndarray, size: int, line: int) -> dict[str, Any]:
     """Where an access that left its argument went: the argument and the element indices outside it."""
     program, _ = _program()
-    fields: dict[str, Any] = dict(program=program, line=line, source=_source(launch, line))
+    fields: dict[str, Any] = dict(program=program, line=line, source=launch_source(launch, line))
     if not launch.buffers:
         return fields
     group = np.searchsorted(launch.starts, addresses, side="right").astype(np.int64) - 1 if launch.starts.size \
@@ -216,7 +216,7 @@ def _fault_fields(launch: _Launch, addresses: np.ndarray, size: int, line: int) 
     return fields
 
 
-def _source(launch: _Launch, line: int) -> str:
+def launch_source(launch: _Launch, line: int) -> str:
     text = linecache.getline(launch.filename, line).strip()
     return f"line {line}: `{text}`" if text else f"line {line}"
 
@@ -268,7 +268,7 @@ def _outside(launch: _Launch, kind: str, addresses: np.ndarray, size: int, line:
     address = int(addresses[np.argmax(bad)])
     access, verb, gpu = _ACCESS[kind]
     program, _ = _program()
-    head = f"out-of-bounds {access} in {launch.kernel}, program {program}, {_source(launch, line)}\n  "
+    head = f"out-of-bounds {access} in {launch.kernel}, program {program}, {launch_source(launch, line)}\n  "
     if not launch.buffers:
         return head + f"it {verb} address {address:#x}, and {launch.kernel} was given no tensor."
     name, tensor = _ran_off(launch, address, home)
@@ -356,8 +356,8 @@ def _explain(launch: _Launch, address: int, first_op: int, second_op: int, verb:
     a, b = launch.ops[first_op], launch.ops[second_op]
     what = verb.format(where=_describe_address(launch, address))
     return (f"race in {launch.kernel}: programs {a[0]} and {b[0]} {what}, with no atomic between them.\n"
-            f"  program {a[0]}: {_source(launch, a[3])}\n"
-            f"  program {b[0]}: {_source(launch, b[3])}\n"
+            f"  program {a[0]}: {launch_source(launch, a[3])}\n"
+            f"  program {b[0]}: {launch_source(launch, b[3])}\n"
             "  The interpreter ran these programs one after another, so the answer happened to be right here; on a "
             "GPU they run at the same time and one update is lost or read half-done. Use tl.atomic_add, or make "
             "each program own the addresses it writes.")

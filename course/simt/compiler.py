@@ -28,7 +28,7 @@ from pathlib import Path
 from .device_code import policy_digest, refuse_host_symbols, refuse_host_text, refuse_load_time_code
 from .errors import KernelCompileError, quote_diagnostics, quote_lines
 
-__all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime"]
+__all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime", "blank_comments"]
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
@@ -70,7 +70,7 @@ class KernelDecl:
     buffer_params: list[int] = field(default_factory=list)  # Metal: param positions in buffer order
 
 
-def _blank_comments(text: str) -> str:
+def blank_comments(text: str) -> str:
     """The text with comments and string literals replaced by spaces (newlines kept)."""
     def blank(m: re.Match) -> str:
         return re.sub(r"[^\n]", " ", m.group(0))
@@ -143,7 +143,7 @@ def _parse_params(params_text: str, language: str, kernel: str, path: str) -> li
 
 def find_kernels(source: str, language: str, path: str = "<kernel>") -> list[KernelDecl]:
     """Every launchable kernel of ``source``, with its parameters as written."""
-    text = _blank_comments(source)
+    text = blank_comments(source)
     kernels = []
     pattern = _CUDA_KERNEL if language == "cuda" else _METAL_KERNEL
     for m in pattern.finditer(text):
@@ -185,7 +185,7 @@ def _metal_threadgroup_declarations(source: str) -> str:
     ``threadgroup float *p`` is a thread's own pointer into threadgroup memory and stays as it is (the
     header makes ``threadgroup`` an empty macro).
     """
-    blanked = _blank_comments(source)
+    blanked = blank_comments(source)
     out, last = [], 0
     for m in re.finditer(r"(?<![\w:])threadgroup(?=\s)", blanked):
         before = blanked[: m.start()].rstrip()
@@ -211,7 +211,7 @@ class KernelBody:
 
 def kernel_bodies(source: str, language: str) -> list[KernelBody]:
     """The body of every kernel defined in ``source`` (templates included; prototypes have none)."""
-    text = _blank_comments(source)
+    text = blank_comments(source)
     pattern = _CUDA_KERNEL if language == "cuda" else _METAL_KERNEL
     bodies = []
     for m in pattern.finditer(text):
@@ -234,7 +234,7 @@ def _mark_kernel_returns(source: str, language: str) -> str:
     """Each ``return;`` of a kernel's own body (not of a lambda in it) becomes
     ``return ::simt::kernel_return(__LINE__);`` on the same line, so that synccheck knows where a thread
     left the kernel (runtime.cpp, check_divergence)."""
-    text = _blank_comments(source)
+    text = blank_comments(source)
     marks = []
     for body in kernel_bodies(source, language):
         skip = []
@@ -253,7 +253,7 @@ def _mark_kernel_returns(source: str, language: str) -> str:
 def translation_unit(source: str, display_path: str, language: str, kernels: list[KernelDecl],
                      first_line: int = 1) -> str:
     """The C++ that g++ compiles: header, the learner's text under #line, generated entry points."""
-    blanked = _blank_comments(source)
+    blanked = blank_comments(source)
     if language == "cuda" and re.search(r"<<<", blanked):
         raise KernelCompileError(
             f"{display_path}: `<<<...>>>` launches are host code; in this course kernels are launched from "
@@ -273,7 +273,7 @@ def translation_unit(source: str, display_path: str, language: str, kernels: lis
     lines = [f'#include "{header}"', f'#line {first_line} "{quoted}"', body, "", '#line 1 "<simt-generated>"']
     if language == "cuda":
         shared = {}
-        for m in _EXTERN_SHARED.finditer(_blank_comments(source)):
+        for m in _EXTERN_SHARED.finditer(blank_comments(source)):
             shared.setdefault(m.group(2), " ".join(m.group(1).split()))
         for name, type_text in shared.items():
             lines.append(f"alignas(16) thread_local {type_text} {name}"
@@ -478,7 +478,7 @@ def build(source: str, display_path: str, language: str, kernels: list[KernelDec
                                      + quote_diagnostics(_learner_diagnostics(res.stderr, display_path), source,
                                                          display_path, first_line))
         # Device code calls device functions only (device_code.py): refused before anything can run it.
-        refusal = refuse_host_symbols(obj, runtime, _blank_comments(source), language, _base_name(display_path),
+        refusal = refuse_host_symbols(obj, runtime, blank_comments(source), language, _base_name(display_path),
                                       first_line)
         if refusal:
             raise KernelCompileError(f"{display_path} did not compile:\n"

@@ -34,7 +34,7 @@ from .errors import CourseError, quote_diagnostics
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, find_kernels
 from .limits import STATIC_SHARED_LIMIT
 from .toolchain import apple_metal, nvcc_diagnostics, nvcc_path
-from .kernel import KernelLaunchError, LaunchResult, _dims, scalar_bytes
+from .kernel import KernelLaunchError, LaunchResult, launch_dims, scalar_bytes
 
 __all__ = ["GpuUnavailable", "CudaHeadersMissing", "HeaderDir", "cuda_available", "launch_cuda", "metal_available",
            "launch_metal", "cuda_header_candidates", "choose_cuda_headers", "kernel_includes", "header_version"]
@@ -517,7 +517,7 @@ def launch_cuda(source: str | None, path: str | None, name: str, grid, block, ar
         raise GpuUnavailable(why)
     text, shown = _source(source, path, "kernel.cu")
     decl = _kernel(text, shown, name, "cuda")
-    g, b = _dims(grid, "grid"), _dims(block, "block")
+    g, b = launch_dims(grid, "grid"), launch_dims(block, "block")
     plan = _plan(decl, "cuda", args, allow_device_tensors=True)
     shared_mem = int(shared_mem)
     tensors = [a.tensor for a in plan if a.tensor is not None]
@@ -696,7 +696,7 @@ def launch_metal(source: str | None, name: str, grid, threadgroup, args: Sequenc
 
     text, shown = _source(source, path, "kernel.metal")
     decl = _kernel(text, shown, name, "metal")
-    g, t = _dims(grid, "grid"), _dims(threadgroup, "threads per threadgroup")
+    g, t = launch_dims(grid, "grid"), launch_dims(threadgroup, "threads per threadgroup")
     plan = _plan(decl, "metal", args, allow_device_tensors=False)
     arenas = [int(n) for n in threadgroup_memory]
     wanted = sorted({p.index for p in decl.params if p.kind == KIND_THREADGROUP})

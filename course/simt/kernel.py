@@ -39,7 +39,7 @@ from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
 
 __all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS",
-           "collect_counters", "boundary_here"]
+           "collect_counters", "boundary_here", "launch_dims", "scalar_bytes"]
 
 CHECKS = ("memcheck", "racecheck", "counters")
 # The child that runs a grid puts up a system-call filter first (runtime.cpp, "The boundary around learner
@@ -184,7 +184,7 @@ def scalar_bytes(arg: Any, name: str, want: np.dtype | None, type_name: str, siz
     return np.array(bool(arg), dtype=want).tobytes()
 
 
-def _dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+def launch_dims(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
         raise KernelLaunchError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
@@ -415,7 +415,7 @@ class RawKernel:
         if schedule not in ("sequential", "random"):
             raise KernelLaunchError(f"schedule must be 'sequential' or 'random', got {schedule!r}")
         lang = self.module.language
-        g, b = _dims(grid, "grid"), _dims(block, "block" if lang == "cuda" else "threads per threadgroup")
+        g, b = launch_dims(grid, "grid"), launch_dims(block, "block" if lang == "cuda" else "threads per threadgroup")
         threads = b[0] * b[1] * b[2]
         limit = self.decl.max_threads or MAX_THREADS_PER_BLOCK
         if threads > limit:

@@ -19,23 +19,23 @@ import nbformat
 
 __all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "packs", "make_submission", "exercise_of",
            "track_groups", "group_siblings", "groups_touched", "exercise_key", "student_notebook",
-           "UNDECLARED", "hint_problem"]
+           "UNDECLARED", "Undeclared", "hint_problem"]
 
 
-class _Undeclared:
+class Undeclared:
     """The default of every entry's ``hint``: a corpus test fails until the entry says which hint it gets."""
 
     def __repr__(self) -> str:
         return "UNDECLARED"
 
 
-UNDECLARED = _Undeclared()
+UNDECLARED = Undeclared()
 
 
-def hint_problem(hint: "str | None | _Undeclared", message: str) -> str | None:
+def hint_problem(hint: "str | None | Undeclared", message: str) -> str | None:
     """What is wrong with the ``hint:`` line of a failure ``message`` for an entry that declares ``hint``
     (text its hint line must contain, or None for no hint line at all); None when it is right."""
-    if isinstance(hint, _Undeclared):
+    if isinstance(hint, Undeclared):
         return ("declare the hint this entry gets: hint=\"<text its hint line contains>\", or hint=None when its "
                 f"message must have no hint line. Its message is:\n{message}")
     found = [line.strip()[len("hint:"):].strip() for line in message.splitlines() if line.strip().startswith("hint:")]
@@ -56,7 +56,7 @@ class WrongSolution:
     """The mistake, as a learner would make it, in one sentence."""
     source: str | None = None
     edits: tuple[tuple[str, str], ...] = ()
-    hint: "str | None | _Undeclared" = UNDECLARED
+    hint: "str | None | Undeclared" = UNDECLARED
     """Text the failure's ``hint:`` line must contain, or None: the failure must have no hint line."""
 
     @property
@@ -97,7 +97,7 @@ class WrongKernel:
     edits: tuple[tuple[str, str], ...]
     expect: str = r"wrong|NaN|Inf"
     checked: bool = False
-    hint: "str | None | _Undeclared" = UNDECLARED
+    hint: "str | None | Undeclared" = UNDECLARED
     measured: bool = False
     """The mistake leaves the numbers right and shows only in what the kernel loads or which instructions it
     runs (course.grading.measured): ``grade()`` measures first, as ``course.check`` does for that exercise."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from autograder.corpora.wrong import UNDECLARED, _Undeclared, apply_edits
+from autograder.corpora.wrong import UNDECLARED, Undeclared, apply_edits
 
 __all__ = ["WrongKernel", "WRONG_KERNELS"]
 
@@ -23,7 +23,7 @@ class WrongKernel:
     edits: tuple[tuple[str, str], ...]
     expect: str = "wrong|NaN|Inf|-inf|race"
     """A regular expression the failure message must match."""
-    hint: "str | None | _Undeclared" = UNDECLARED
+    hint: "str | None | Undeclared" = UNDECLARED
     """Text the failure's ``hint:`` line must contain, or None: the failure must have no hint line."""
 
     @property
