@@ -18,7 +18,7 @@ from course.paths import REPO
 from course.simt import RawModule
 
 LESSON = "04_double_buffering"
-MARK = "course.grading.counters.first_finished(q, k, v, cuda=double_buffer_cuda, metal=float4_metal)"
+MARK = "course.counters.first_finished(q, k, v, cuda=double_buffer_cuda, metal=float4_metal)"
 
 
 def _cells(folder: str) -> list:
