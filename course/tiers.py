@@ -198,13 +198,13 @@ def _span(lessons: list[str]) -> str:
 
 def _lessons_here(available: dict[str, bool]) -> list[str]:
     """Which lessons' exercises run here, in which track, from the tiers found (lesson 00 needs none of them)."""
-    from course.tracks.table import exercises
+    from course.tracks import table
     tracks = (("Triton", "triton", available.get("Triton interpreter (CPU)") or available.get("Triton native (GPU)")),
               ("CUDA C", "cuda", available.get("CUDA C on the CPU runtime")),
               ("Metal", "metal", available.get("Metal on the CPU runtime")))
     here, missing = [], []
     for label, track, ok in tracks:
-        text = f"{label} (lessons {_span(sorted({r.lesson for r in exercises(track=track)}))})"
+        text = f"{label} (lessons {_span(sorted({r.lesson for r in table.exercises(track=track)}))})"
         (here if ok else missing).append(text)
     simulator = next((ok for name, ok in available.items() if name.startswith("Tenstorrent")), False)
     (here if simulator else missing).append("lesson 09 on the TT-Lang simulator")

@@ -198,8 +198,8 @@ def prepared_release(bundle: ReleaseBundle, base: Path) -> PreparedRelease:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         if kernels_folder().is_dir():
-            from course.tracks.table import graded_whole
-            whole = tuple(p.removeprefix("kernels/") for p in graded_whole(bundle.settings.assignment[:2]))
+            from course.tracks import table
+            whole = tuple(p.removeprefix("kernels/") for p in table.graded_whole(bundle.settings.assignment[:2]))
             write_kernels_without_solutions(kernels_folder(), building / KERNELS_VIEW, whole)
         os.replace(building, root)
         _build_runtime_once()

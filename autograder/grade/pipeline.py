@@ -98,8 +98,8 @@ def _prepare_course(workdir: Path, assignment: str, source_notebook: Path, setti
     except FileExistsError as exc:
         raise GradingError(str(exc)) from None
     if kernels_folder().is_dir():  # for a TA who runs nbgrader by hand in this directory
-        from course.tracks.table import graded_whole
-        whole = tuple(p.removeprefix("kernels/") for p in graded_whole(assignment[:2]))
+        from course.tracks import table
+        whole = tuple(p.removeprefix("kernels/") for p in table.graded_whole(assignment[:2]))
         write_kernels_without_solutions(kernels_folder(), course.kernels_view, whole)
     course.add_source(assignment, source_notebook.parent)
     say(f"generating {assignment} in {course.root}")

@@ -92,9 +92,9 @@ def _wrapper_names(source: str) -> list[str]:
 
 def _learner_wrapper(source: str) -> bool:
     """A Triton file whose Python wrapper is the exercise (lesson 08): graded like Python, in the answer process."""
-    from course.tracks.table import EXERCISES
+    from course.tracks import table
     path = str(source).partition("#")[0]
-    return any(row.learner_wrapper and row.kernel_file == path for row in EXERCISES)
+    return any(row.learner_wrapper and row.kernel_file == path for row in table.KERNEL_EXERCISES)
 
 
 def answer_cells(source_nb: dict) -> list[dict]:

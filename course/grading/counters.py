@@ -547,11 +547,11 @@ class Counters:
 def _module_function(module, tiles=None, exercise: str | None = None) -> Callable[..., Any]:
     """The attention function of a %%cuda / %%metal module's step (the course's own launch)."""
     from course.tracks import cuda, metal
-    from course.tracks.table import exercises
+    from course.tracks import table
     if module.language == "cuda":
         return cuda.attention_function(module, exercise, tiles)
     if exercise is None:
-        found = [row.id for row in exercises(track="metal") if row.entry[0] in module.kernels and row.lesson != "07"]
+        found = [row.id for row in table.exercises(track="metal") if row.entry[0] in module.kernels and row.lesson != "07"]
         if len(found) != 1:
             raise CourseError("cannot tell which Metal step these kernels are for; pass exercise=\"03.tiled_metal\" "
                               "or the like, or measure a function that launches them.")
@@ -603,8 +603,8 @@ def counters(target: Any, *inputs: Any, tiles=None, exercise: str | None = None,
 def _stub_exercise(module) -> str | None:
     """The exercise whose kernel ``module`` still is exactly as handed out (every solution region empty)."""
     from course.grading.engines import untouched_stub
-    from course.tracks.table import exercises
-    for row in exercises(track=module.language):
+    from course.tracks import table
+    for row in table.exercises(track=module.language):
         if row.entry[0] in module.kernels and untouched_stub(row.id, module.code):
             return row.id
     return None
@@ -733,9 +733,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from course.inputs import make_qkv
     from course.kernels import kernel_path
     from course.tracks import cuda
-    from course.tracks.table import exercises
+    from course.tracks import table
 
-    steps = {row.lesson: row.id for row in exercises(track="cuda") if row.id in cuda.STEPS}
+    steps = {row.lesson: row.id for row in table.exercises(track="cuda") if row.id in cuda.STEPS}
     parser = argparse.ArgumentParser(prog="course.grading.counters.main", description=main.__doc__)
     parser.add_argument("lesson", choices=sorted(steps))
     parser.add_argument("--n", type=int, default=64, help="query and key length (default 64)")

@@ -113,9 +113,9 @@ def untouched_stub(exercise: str, code: str) -> bool:
     out of the comparison, so a learner who only edited comments (or deleted the stub line) has still
     written nothing. Any code in a region, or any other change of code, makes it not the stub.
     """
-    from course.tracks.table import exercise as kernel_exercise
+    from course.tracks import table
     try:
-        path = kernel_exercise(exercise).path
+        path = table.exercise(exercise).path
         reference = path.read_text()
     except (CourseError, OSError):
         return False

@@ -78,10 +78,10 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
     """The course's wrappers around the learner's kernels, by the names the instructor's cell defines."""
     from course.grading.answers import FailedCell
     from course.errors import CheckFailed
-    from course.tracks.table import exercises
+    from course.tracks import table
     from course.tracks.triton_answer import LearnerKernels, gate, graded_function
     bound: dict[str, Any] = {}
-    rows = {row.entry[0]: row for row in exercises(track="triton") if row.kernel_file == answer.get("kernel_file")}
+    rows = {row.entry[0]: row for row in table.exercises(track="triton") if row.kernel_file == answer.get("kernel_file")}
     for name in answer["names"]:
         if answer.get("source") is None:
             bound[name] = _missing(answer | {"names": [name]})

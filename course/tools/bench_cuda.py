@@ -44,14 +44,14 @@ from course.inputs import Case
 from course.kernels import kernel_path
 from course.paths import REPO
 from course.tools.timing import DEFAULT_REPS, MIN_TOTAL_MS, cuda_l2_flush, forward_flops, measure_self_timed, tflops
-from course.tracks.table import exercises
+from course.tracks import table
 from course.tracks.cuda import STEPS, Tiles, forward, module_for
 
 __all__ = ["LADDER", "TILE_CHOICES", "LadderResult", "gpu_status", "validate_cpu", "validate_gpu", "time_gpu",
            "render_markdown", "main"]
 
 # The forward ladder of the CUDA track, lesson 02 on (lesson 01 is timed as the naive baseline).
-LADDER = [row.id for row in exercises(track="cuda") if "01" < row.lesson < "07"]
+LADDER = [row.id for row in table.exercises(track="cuda") if "01" < row.lesson < "07"]
 
 # Tile sizes every step is validated at (and, on a GPU, timed at). The first is the step's default.
 TILE_CHOICES: dict[str, list[Tiles]] = {

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from course.paths import CHECKOUT, NoCourseFolder, working_root
-from course.tracks.table import TRACKS, KernelExercise, exercises
+from course.tracks import table
+from course.tracks.table import TRACKS, KernelExercise
 
 __all__ = ["select", "validate", "main"]
 
@@ -25,14 +26,14 @@ __all__ = ["select", "validate", "main"]
 def select(lesson: str, track: str, variant: str | None = None) -> list[KernelExercise]:
     """The table rows ``run`` validates; a ValueError that lists what exists when there are none."""
     lesson = lesson.zfill(2)
-    rows = [r for r in exercises(track=track, lesson=lesson) if variant is None or r.variant == variant]
+    rows = [r for r in table.exercises(track=track, lesson=lesson) if variant is None or r.variant == variant]
     if not rows:
         same_lesson = sorted({f"--track {r.track}" + (f" --variant {r.variant}" if r.variant else "")
-                              for r in exercises(lesson=lesson)})
+                              for r in table.exercises(lesson=lesson)})
         if same_lesson:
             raise ValueError(f"lesson {lesson} has no {track} kernel" + (f" with variant {variant!r}" if variant else "")
                              + f"; it has: {', '.join(same_lesson)}")
-        lessons = sorted({r.lesson for r in exercises(track=track)})
+        lessons = sorted({r.lesson for r in table.exercises(track=track)})
         raise ValueError(f"lesson {lesson} has no kernel; the {track} track has lessons {', '.join(lessons)}")
     return rows
 

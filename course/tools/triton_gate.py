@@ -56,12 +56,12 @@ from course.paths import KERNELS, PACKAGE_ROOT
 from course.grading.processes import stop_group
 from course.simt.limits import GATE_TARGETS, OPT_IN_SHARED
 from course.tiers import TESTED_TRITON as TESTED_TRITON_RANGE
-from course.tracks.table import exercises
+from course.tracks import table
 
 KERNEL_DIR = KERNELS / "triton"
 
 # Every Triton file but the capstone (08 only calls the kernels of 06 and 07, which are compiled here).
-LESSONS = tuple(dict.fromkeys(row.stem for row in exercises(track="triton") if row.lesson != "08"))
+LESSONS = tuple(dict.fromkeys(row.stem for row in table.exercises(track="triton") if row.lesson != "08"))
 TARGETS = GATE_TARGETS
 SMEM_LIMIT = OPT_IN_SHARED
 DTYPES = ("fp16", "bf16", "fp32")

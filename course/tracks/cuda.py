@@ -31,7 +31,8 @@ from course.simt import RawModule
 from course.simt.limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK, STATIC_SHARED_LIMIT, WARP
 from course.tracks.common import (GRADING_LAUNCH, Tiles, as_float32_array, backward_arrays, blocks_for, check_qkv,
                                   kernel_defines, need)
-from course.tracks.table import KernelExercise, exercise, exercises
+from course.tracks import table
+from course.tracks.table import KernelExercise
 
 __all__ = ["Step", "STEPS", "Tiles", "LaunchConfig", "module_for", "attention_function", "naive_attention",
            "forward", "forward_config", "shared_memory_bytes", "check_shared_memory", "blocks_for",
@@ -66,8 +67,8 @@ def _launch_step(row: KernelExercise) -> Step:
 
 # The forward steps of CUDA C, and the Metal steps with one thread per row (lessons 01 and 02: the same
 # launch as CUDA's lesson 01), from the table.
-STEPS: dict[str, Step] = {row.id: _launch_step(row) for row in exercises(track="cuda") if row.lesson != "07"}
-STEPS.update({row.id: _launch_step(row) for row in exercises(track="metal") if row.options.get("layout") == "naive"})
+STEPS: dict[str, Step] = {row.id: _launch_step(row) for row in table.exercises(track="cuda") if row.lesson != "07"}
+STEPS.update({row.id: _launch_step(row) for row in table.exercises(track="metal") if row.options.get("layout") == "naive"})
 
 
 def module_for(exercise: str) -> RawModule:
@@ -371,8 +372,8 @@ def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | No
 # and shared memory sizes and refuses a launch a GPU would refuse.
 # ------------------------------------------------------------------------------------------------
 
-BACKWARD_FILES = {kind: exercise(f"07.backward_{kind}_cuda").kernel_file for kind in ("atomic", "split")}
-BACKWARD_KERNELS = {kind: exercise(f"07.backward_{kind}_cuda").entry for kind in ("atomic", "split")}
+BACKWARD_FILES = {kind: table.exercise(f"07.backward_{kind}_cuda").kernel_file for kind in ("atomic", "split")}
+BACKWARD_KERNELS = {kind: table.exercise(f"07.backward_{kind}_cuda").entry for kind in ("atomic", "split")}
 
 # The backward kernels stay within what any CUDA GPU gives one block without opting in (48 KiB of
 # shared memory; they do not need more for D <= 128).

@@ -40,7 +40,7 @@ from course.simt import RawModule
 from course.simt.compiler import KIND_THREADGROUP
 from course.simt.limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK, WARP
 from course.tracks.common import GRADING_LAUNCH, Tiles, backward_arrays, check_qkv, kernel_defines, need
-from course.tracks.table import exercises
+from course.tracks import table
 
 __all__ = ["Launch", "MetalStep", "STEPS", "THREADGROUP_MEMORY_LIMIT", "module_for", "kernel_constants",
            "forward_launch", "backward_launches", "tiled_forward", "float4_forward", "simdgroup_forward",
@@ -171,7 +171,7 @@ class MetalStep:
 STEPS: dict[str, MetalStep] = {
     row.id: MetalStep(row.id, row.kernel_file, row.entry, row.options["defines"], row.options.get("d_multiple", 1),
                       row.options.get("half_inputs", False))
-    for row in exercises(track="metal")
+    for row in table.exercises(track="metal")
     if row.options.get("layout") != "naive"}  # one thread per row (01, 02) launches like CUDA's 01 (course.tracks.cuda)
 
 # Tiles tried in order when none are given: the first that fits 32 KiB of threadgroup memory at this D.

@@ -13,6 +13,11 @@ Exercises that are plain Python in a notebook (``01.attention_torch``) have no t
 :mod:`course.exercises` registers those. The tests, benchmarks, compile gates, corpora, notebooks and
 slides all walk this table, so a new step is added here once.
 
+Its rows are ``KERNEL_EXERCISES`` (the learner's registry, every exercise ``course.check`` knows, is
+``course.exercises.EXERCISES``). Callers reach the lookups through the module, ``from course.tracks import
+table`` then ``table.exercise(id)``, ``table.exercises(track=..., lesson=...)``, ``table.find(id)``,
+``table.graded_whole(lesson)``, and import only types and constants by name (``KernelExercise``, ``TRACKS``).
+
 Run any step on this machine's tier with ``python -m course run 03 --track cuda``.
 """
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from course.errors import CourseError
 from course.paths import REPO
 
-__all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "KernelExercise", "EXERCISES", "exercise", "exercises", "find",
+__all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "KernelExercise", "KERNEL_EXERCISES", "exercise", "exercises", "find",
            "graded_whole"]
 
 TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}  # what a learner reads for each track
@@ -105,7 +110,7 @@ _BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
 # (course.tracks.cuda.forward_config), `tiles` the default (block_m, block_n). `layout="naive"` is one
 # thread per query row (lessons 01 and 02 of Metal too): course.tracks.cuda launches those.
 # Metal steps: `defines` are the #define'd numbers the launcher reads from the file itself.
-EXERCISES: tuple[KernelExercise, ...] = (
+KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _t("01", "naive", "naive_attention"),
     _c("01", "naive", "naive_attention", layout="naive"),
     _m("01", "naive", "naive_attention", layout="naive"),
@@ -138,12 +143,12 @@ EXERCISES: tuple[KernelExercise, ...] = (
        wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py")),
 )
 
-_BY_ID = {e.id: e for e in EXERCISES}
+_BY_ID = {e.id: e for e in KERNEL_EXERCISES}
 
 
 def graded_whole(lesson: str) -> tuple[str, ...]:
     """Kernel files the grader shows with their solutions when it grades ``lesson`` (two digits)."""
-    return tuple(path for row in EXERCISES if row.lesson == lesson for path in row.wraps)
+    return tuple(path for row in KERNEL_EXERCISES if row.lesson == lesson for path in row.wraps)
 
 
 def find(exercise_id: str) -> KernelExercise | None:
@@ -162,5 +167,5 @@ def exercise(exercise_id: str) -> KernelExercise:
 def exercises(track: str | None = None, lesson: str | None = None, step: str | None = None
               ) -> list[KernelExercise]:
     """The table's rows, in order, optionally of one track, lesson or step."""
-    return [e for e in EXERCISES if (track is None or e.track == track) and (lesson is None or e.lesson == lesson)
+    return [e for e in KERNEL_EXERCISES if (track is None or e.track == track) and (lesson is None or e.lesson == lesson)
             and (step is None or e.step == step)]

@@ -20,11 +20,12 @@ import functools
 from typing import Any, Callable, Iterator
 
 from course.kernels import load_triton_module
-from course.tracks.table import KernelExercise, exercise, exercises
+from course.tracks import table
+from course.tracks.table import KernelExercise
 
 __all__ = ["STEPS", "step", "solution", "autotune", "autotuning", "check_configs"]
 
-STEPS: list[KernelExercise] = exercises(track="triton")
+STEPS: list[KernelExercise] = table.exercises(track="triton")
 
 _AUTOTUNE = contextvars.ContextVar("course_triton_autotune", default=False)
 
@@ -46,7 +47,7 @@ def autotune(enabled: bool = True) -> Iterator[None]:
 
 
 def step(exercise_id: str) -> KernelExercise:
-    row = exercise(exercise_id)
+    row = table.exercise(exercise_id)
     if row.track != "triton":
         raise KeyError(exercise_id)
     return row

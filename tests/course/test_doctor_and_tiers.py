@@ -44,11 +44,11 @@ def test_detect_tiers_says_what_is_missing():
 
 
 def test_doctor_says_which_lessons_each_track_has_here():
-    from course.tracks.table import exercises
+    from course.tracks import table
     everything = {t.name: True for t in tiers.detect_tiers()}
     lines = tiers._lessons_here(everything)
     assert lines == ["Tracks you can work in here: Triton (lessons 01-08), CUDA C (lessons 01-07), Metal (lessons "
-                     + tiers._span(sorted({r.lesson for r in exercises(track="metal")}))
+                     + tiers._span(sorted({r.lesson for r in table.exercises(track="metal")}))
                      + "), lesson 09 on the TT-Lang simulator."]
     # A Mac without Triton and without the simulator: what is left, and what is not and why.
     mac = dict(everything, **{"Triton interpreter (CPU)": False, "Triton native (GPU)": False,

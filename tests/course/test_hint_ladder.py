@@ -102,8 +102,8 @@ def _kind(ladder) -> str:
     """"python" for a notebook cell or a Triton kernel file, "c" for a CUDA C or Metal kernel file."""
     if ladder.cell:
         return "python"
-    from course.tracks.table import exercise as row
-    return "python" if row(ladder.exercise).track == "triton" else "c"
+    from course.tracks import table
+    return "python" if table.exercise(ladder.exercise).track == "triton" else "c"
 
 
 def _cells(folder, lesson: str) -> list[dict]:
@@ -145,8 +145,8 @@ def _has(ladder) -> set[str]:
             if _grade_id(cell) == grade_id:
                 return names
         raise AssertionError(f"{ladder.cell} is not a cell of the handed-out notebook")
-    from course.tracks.table import exercise as row
-    text = (REPO / row(ladder.exercise).kernel_file).read_text()
+    from course.tracks import table
+    text = (REPO / table.exercise(ladder.exercise).kernel_file).read_text()
     if _kind(ladder) == "python":
         return _python_names(text) | {"tl", "triton"}
     headers = "".join(p.read_text(errors="ignore") for p in (REPO / "course/simt/include").rglob("*") if p.is_file())
@@ -303,8 +303,8 @@ def _kernel_typed(ladder, up_to: int, path) -> str:
     """The exercise's kernel file with the code blocks of rungs 1..up_to typed into its solution regions, one
     block a region in file order (only the regions of ``ladder.functions``, when it names them); a region no
     block has reached yet holds the stub a learner is handed."""
-    from course.tracks.table import exercise as row
-    text = (REPO / row(ladder.exercise).kernel_file).read_text()
+    from course.tracks import table
+    text = (REPO / table.exercise(ladder.exercise).kernel_file).read_text()
     owned = [(0, len(text))]
     if ladder.functions:
         lines = text.splitlines(keepends=True)
@@ -334,8 +334,8 @@ def test_the_code_blocks_of_a_ladder_typed_into_the_stub_pass_its_check(exercise
             exec(compile(_typed(ladder, up_to), f"<{exercise} typed up to rung {up_to}>", "exec"), namespace)
         exec(compile(_visible_test(ladder), f"<test of {exercise}>", "exec"), namespace)
     else:
-        from course.tracks.table import exercise as row
-        path = tmp_path / (REPO / row(exercise).kernel_file).name
+        from course.tracks import table
+        path = tmp_path / (REPO / table.exercise(exercise).kernel_file).name
         for up_to in with_blocks:
             text, regions = _kernel_typed(ladder, up_to, path)
             if path.suffix == ".py":
@@ -348,7 +348,7 @@ def test_the_code_blocks_of_a_ladder_typed_into_the_stub_pass_its_check(exercise
             answer = solution(step(exercise), str(path))
         else:
             from course.simt import RawModule
-            answer = RawModule(code=text, language=row(exercise).track, name=path.name)
+            answer = RawModule(code=text, language=table.exercise(exercise).track, name=path.name)
         course.check(exercise, answer)
     assert f"✓ {exercise}" in capsys.readouterr().out
 

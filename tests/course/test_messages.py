@@ -16,10 +16,10 @@ from course.grading.engines import untouched_stub
 from course.errors import CheckFailed
 from course.simt.magic import _compile_cell
 from course.tools.sync import cell_text_for
-from course.tracks.table import exercises
+from course.tracks import table
 
 REPO = Path(__file__).resolve().parents[2]
-SIMT_EXERCISES = [e for e in exercises() if e.track in ("cuda", "metal")]
+SIMT_EXERCISES = [e for e in table.exercises() if e.track in ("cuda", "metal")]
 
 
 def released(exercise, magic: str) -> str:

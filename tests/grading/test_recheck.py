@@ -20,7 +20,7 @@ from autograder.release.build import ReleaseError, check_test_cells, find_assign
 from course.exercises import EXERCISES
 from course.grading.recheck import run_job
 from course.grading.recording import MIME, Recorder, Replay, decode, encode
-from course.tracks.table import exercises
+from course.tracks import table
 
 LESSON = "01_naive_attention"
 BYTES_TEST = 'course.check("01.naive_bytes_read", naive_bytes_read)'
@@ -123,7 +123,7 @@ def test_the_course_releases_no_test_the_recheck_cannot_judge(tmp_path: Path) ->
 def test_every_triton_answer_cell_names_a_kernel_file_of_the_table(repo: Path, assignment: str) -> None:
     """The re-check launches a Triton cell's kernels with the wrapper of the file the cell mirrors."""
     notebook = json.loads((repo / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
-    files = {row.kernel_file for row in exercises(track="triton")}
+    files = {row.kernel_file for row in table.exercises(track="triton")}
     for answer in answer_cells(notebook):
         if answer["kind"] == "triton":
             assert answer["kernel_file"] in files, answer

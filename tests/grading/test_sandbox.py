@@ -456,9 +456,9 @@ def test_the_kernel_view_removes_solutions_except_the_files_a_lesson_wraps(tmp_p
     """Grading lesson 08 shows lessons 06 and 07's Triton files whole (its operator calls them); every
     other file, and every file when another lesson is graded, has its solution regions removed."""
     from autograder.sandbox.bubblewrap import write_kernels_without_solutions
-    from course.tracks.table import graded_whole
-    whole = tuple(p.removeprefix("kernels/") for p in graded_whole("08"))
-    assert whole == ("triton/06_causal.py", "triton/07_backward.py") and graded_whole("06") == ()
+    from course.tracks import table
+    whole = tuple(p.removeprefix("kernels/") for p in table.graded_whole("08"))
+    assert whole == ("triton/06_causal.py", "triton/07_backward.py") and table.graded_whole("06") == ()
     for lesson, kept in (("08", whole), ("07", ())):
         view = tmp_path / lesson
         write_kernels_without_solutions(kernels_folder(), view, kept)

@@ -9,7 +9,7 @@ import pytest
 from course.kernels import read_source
 from course.simt import RawModule
 from course.tools import run
-from course.tracks.table import exercise
+from course.tracks import table
 
 
 def test_the_command_validates_a_step_and_says_nothing_is_timed_without_a_gpu(repo):
@@ -24,7 +24,7 @@ def test_a_wrong_kernel_fails_the_run(monkeypatch):
     broken = read_source("kernels/cuda/01_naive.cu").replace("if (row >= n_q) return;", "")
     monkeypatch.setattr(run, "_answer", lambda row, path: RawModule(code=broken, language="cuda", name="01_naive.cu"))
     lines: list[str] = []
-    assert run.validate([exercise("01.naive_cuda")], log=lines.append) is False
+    assert run.validate([table.exercise("01.naive_cuda")], log=lines.append) is False
     assert lines[0].startswith("✗ 01.naive_cuda (kernels/cuda/01_naive.cu)") and "out-of-bounds" in lines[0]
 
 
@@ -83,6 +83,6 @@ def test_a_missing_file_in_the_folder_fails_in_a_sentence(lab):
     missing = lab / "kernels" / "cuda" / "01_naive.cu"
     missing.unlink()
     lines: list[str] = []
-    assert run.validate([exercise("01.naive_cuda")], log=lines.append, root=lab) is False
+    assert run.validate([table.exercise("01.naive_cuda")], log=lines.append, root=lab) is False
     assert lines == [f"✗ 01.naive_cuda ({missing}):\n{missing} is missing: this folder has no cuda kernel file for "
                      f"lesson 01."], lines

@@ -188,10 +188,10 @@ def test_the_launch_options_are_read_off_this_triton():
 def test_a_learners_correct_kernel_passes_its_check_through_the_gate(tmp_path):
     """A learner's copy of a finished kernel (text that differs from the course's file) is compiled by the gate
     before the interpreter runs it, and passes: the gate never fails a correct kernel."""
-    from course.tracks.table import exercise
+    from course.tracks import table
     from course.tracks.triton import solution
     from course.tracks.triton_answer import _gate_failures
-    row = exercise("01.naive_triton")
+    row = table.exercise("01.naive_triton")
     mine = tmp_path / "01_naive.py"
     mine.write_text("# my copy of the lesson-01 kernel\n" + (KERNELS / "01_naive.py").read_text())
     compiled_before = _gate_failures.cache_info().misses

@@ -21,7 +21,7 @@ from course.errors import CheckFailed
 from course.kernels import kernel_path, load_triton_module, read_region, read_source
 from course.simt import RawModule
 from course.tracks import cuda as cuda_track
-from course.tracks.table import exercise
+from course.tracks import table
 
 TRITON = "02.online_softmax_attention_triton"
 METAL = "02.online_softmax_metal"
@@ -37,7 +37,7 @@ def online():
 # ------------------------------------------------------------------------------------------------
 
 def test_the_table_names_the_triton_kernel_as_a_variant_of_the_shared_file():
-    row = exercise(TRITON)
+    row = table.exercise(TRITON)
     assert row.kernel_file == "kernels/triton/02_online_softmax.py" and row.entry == ("online_attention",)
     assert row.run_command == "python -m course run 02 --track triton"
 

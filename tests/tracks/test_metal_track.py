@@ -30,7 +30,7 @@ from course.simt import RawKernel, RawModule
 from course.simt import gpu
 from course.simt.gpu import GpuUnavailable, metal_available
 from course.tracks.cuda import Tiles
-from course.tracks.table import exercise as table_row
+from course.tracks import table
 from track_support import backward_inputs
 
 ALL = list(STEPS)
@@ -329,7 +329,7 @@ def test_the_corpus_covers_every_file_and_the_mistakes_that_matter():
             "07.backward_atomic_metal:non-atomic-dq", "05.mma_metal:mask-off-by-one",
             "05.mma_metal:accumulator-not-rescaled"} <= names
     for wrong in WRONG_METAL_KERNELS:
-        text = read_source(table_row(wrong.exercise).kernel_file)
+        text = read_source(table.exercise(wrong.exercise).kernel_file)
         for old, _ in wrong.edits:
             assert old in text, (wrong.id, old)
         assert wrong.checked == (wrong.expect in (r"data race",) or "out-of-bounds" in wrong.expect), wrong.id
@@ -344,4 +344,4 @@ def test_every_wrong_kernel_fails_its_check(wrong):
     problem = hint_problem(wrong.hint, message)  # its hint line as declared (None: no hint line)
     assert problem is None, problem
     if wrong.expect == r"data race":
-        assert f"of {table_row(wrong.exercise).kernel_file.rsplit('/', 1)[1]}" in message  # names the learner's line
+        assert f"of {table.exercise(wrong.exercise).kernel_file.rsplit('/', 1)[1]}" in message  # names the learner's line

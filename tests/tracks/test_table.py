@@ -14,12 +14,13 @@ import pytest
 
 from course.exercises import EXERCISES as REGISTERED
 from course.kernels import read_region
-from course.tracks.table import EXERCISES, EXTENSIONS, TRACKS, exercise, exercises
+from course.tracks import table
+from course.tracks.table import EXTENSIONS, TRACKS
 
 ID = re.compile(r"^(?P<lesson>\d\d)\.(?P<name>[a-z0-9_]+)_(?P<track>triton|cuda|metal)$")
 
 
-@pytest.mark.parametrize("row", EXERCISES, ids=lambda r: r.id)
+@pytest.mark.parametrize("row", table.KERNEL_EXERCISES, ids=lambda r: r.id)
 def test_row_follows_the_naming_rule_and_its_file_defines_its_entry(row, repo):
     m = ID.match(row.id)
     assert m and m["lesson"] == row.lesson and m["track"] == row.track, row.id
@@ -38,16 +39,16 @@ def _kernel_files(kernels: Path) -> list[Path]:
 
 
 def test_ids_are_unique_and_every_kernel_file_answers_an_exercise(repo):
-    assert len({r.id for r in EXERCISES}) == len(EXERCISES)
+    assert len({r.id for r in table.KERNEL_EXERCISES}) == len(table.KERNEL_EXERCISES)
     files = {str(p.relative_to(repo)) for p in _kernel_files(repo / "kernels")}
-    assert files == {r.kernel_file for r in EXERCISES}
+    assert files == {r.kernel_file for r in table.KERNEL_EXERCISES}
 
 
 def test_a_step_has_one_name_in_every_track():
     """For each lesson, the tracks that have a step call it the same (the Triton file holding both
     backward variants is the one file that stands for two)."""
     by_lesson: dict[str, dict[str, set[str]]] = {}
-    for r in EXERCISES:
+    for r in table.KERNEL_EXERCISES:
         by_lesson.setdefault(r.lesson, {}).setdefault(r.track, set()).add(r.step)
     for lesson, tracks in by_lesson.items():
         steps = list(tracks.values())
@@ -56,8 +57,8 @@ def test_a_step_has_one_name_in_every_track():
 
 def test_table_and_check_registry_agree():
     kernel_ids = {e for e in REGISTERED if ID.match(e)}
-    assert kernel_ids == {r.id for r in EXERCISES}
-    for r in EXERCISES:
+    assert kernel_ids == {r.id for r in table.KERNEL_EXERCISES}
+    for r in table.KERNEL_EXERCISES:
         assert REGISTERED[r.id].takes == ("function" if r.track == "triton" else "kernel module"), r.id
 
 
@@ -70,7 +71,7 @@ def test_kernel_file_header_ends_with_its_run_command(path):
         if not line.startswith(mark):
             break
         header.append(line[len(mark):].strip())
-    rows = [r for r in EXERCISES if r.path == path]
+    rows = [r for r in table.KERNEL_EXERCISES if r.path == path]
     commands = list(dict.fromkeys(r.run_command for r in rows))
     assert header[-len(commands):] == commands, (path.name, header[-3:])
 
@@ -91,11 +92,11 @@ def test_notebooks_name_only_existing_exercises_files_and_regions(repo):
 def test_corpora_name_only_existing_exercises():
     from autograder.corpora.wrong import cuda, cuda_backward, metal, triton
     for wrong in triton.WRONG_KERNELS:
-        assert exercise(wrong.exercise).track == "triton", wrong.exercise
+        assert table.exercise(wrong.exercise).track == "triton", wrong.exercise
     for wrong in cuda.WRONG_CUDA_KERNELS + metal.WRONG_METAL_KERNELS:
-        assert wrong.key in REGISTERED and wrong.kernel_file() == exercise(wrong.key).kernel_file, wrong.id
+        assert wrong.key in REGISTERED and wrong.kernel_file() == table.exercise(wrong.key).kernel_file, wrong.id
     for wrong in cuda_backward.WRONG_KERNELS:
-        assert wrong.kernel_file() == exercise(f"07.backward_{wrong.key}_cuda").kernel_file, wrong.id
+        assert wrong.kernel_file() == table.exercise(f"07.backward_{wrong.key}_cuda").kernel_file, wrong.id
 
 
 def test_region_references_in_tests_and_corpora_exist(repo):
@@ -108,5 +109,5 @@ def test_region_references_in_tests_and_corpora_exist(repo):
 
 def test_lookups_fail_with_a_sentence():
     with pytest.raises(Exception, match="no kernel exercise '03.tiled'.*03.tiled_cuda"):
-        exercise("03.tiled")
-    assert [r.id for r in exercises(lesson="07", track="cuda")] == ["07.backward_atomic_cuda", "07.backward_split_cuda"]
+        table.exercise("03.tiled")
+    assert [r.id for r in table.exercises(lesson="07", track="cuda")] == ["07.backward_atomic_cuda", "07.backward_split_cuda"]

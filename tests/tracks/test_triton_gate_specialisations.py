@@ -23,7 +23,7 @@ from autograder.corpora.cheating import SPECIALISED_EXERCISES, _cells, specialis
 from course.errors import CheckFailed
 from course.inputs import Case
 from course.tracks import triton_answer
-from course.tracks.table import exercise
+from course.tracks import table
 from course.tracks.triton import solution
 
 pytestmark = pytest.mark.skipif(not course.tiers.triton_interpreted(), reason="the CPU tier's interpreter is the subject")
@@ -43,7 +43,7 @@ class _NeverArmed(dict):
 
 def _answer(tmp_path, source: str, exercise_id: str):
     """The cell's text as the learner's answer: the course's wrapper around the cell's kernels."""
-    row = exercise(exercise_id)
+    row = table.exercise(exercise_id)
     path = tmp_path / row.path.name
     path.write_text(source)
     return row, solution(row, str(path))
@@ -91,7 +91,7 @@ SPELLINGS = {
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_every_spelling_of_that_question_is_refused(spelling, tmp_path, capsys):
     condition, named = SPELLINGS[spelling]
-    source = exercise("03.tiled_triton").path.read_text()
+    source = table.exercise("03.tiled_triton").path.read_text()
     source = source.replace("    # BEGIN SOLUTION\n", f"    {condition}\n        pass\n    # BEGIN SOLUTION\n", 1)
     row, answer = _answer(tmp_path, source, "03.tiled_triton")
     with pytest.raises(CheckFailed, match=re.escape(f"uses {named} (line")):
@@ -123,7 +123,7 @@ def test_a_forked_check_asks_its_parents_compile_server(capsys):
     for its parent's child, so asking poll() would call it gone and start a second server), and an answer that
     a stopped asker left behind is never taken for the next question's."""
     from course.tools.triton_gate import CompileServer, launch_request
-    row = exercise("03.tiled_triton")
+    row = table.exercise("03.tiled_triton")
     server = CompileServer()
     try:
         server.warm()
@@ -148,7 +148,7 @@ def test_a_forked_check_asks_its_parents_compile_server(capsys):
 def test_a_file_left_under_the_answers_name_does_not_stand_in_for_it(tmp_path):
     """The module the gate compiles and the check runs sits in a folder named after its text; a file someone
     left there first, with other text, is replaced."""
-    row = exercise("03.tiled_triton")
+    row = table.exercise("03.tiled_triton")
     learner = triton_answer.LearnerKernels("# mine\n" + row.path.read_text(), "the cell")
     source = triton_answer.build_module_source(row, learner)
     path = triton_answer._module_path(source, row)

@@ -30,8 +30,8 @@ class WrongMetalKernel(WrongKernel):
         return self.key
 
     def kernel_file(self) -> str:
-        from course.tracks.table import exercise
-        return exercise(self.key).kernel_file
+        from course.tracks import table
+        return table.exercise(self.key).kernel_file
 
     def grade(self, module=None):
         """Grade the edited file as its step on the small grading cases; returns the report (raises CheckFailed)."""
