@@ -5,7 +5,8 @@ On success it prints one line and returns a :class:`Report`. On failure it raise
 the error is, how big it is against the error budget, and a hint. In Jupyter the course shows only
 that message (no traceback); the cell still fails, which is what nbgrader grades.
 
-The engines here are generic; ``course.exercises`` says which cases and mistakes each exercise uses.
+The engines here are generic; each lesson's module (``course/lessons/lessonNN.py``) says which cases and mistakes
+each of its exercises uses.
 
 Two rules hold for every message:
 

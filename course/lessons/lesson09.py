@@ -16,8 +16,10 @@ from typing import Any, Iterable
 
 import torch
 
-from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.errors import CheckFailed
+from course.grading.checks import learner_call
+from course.grading.engines import Mistake, Report, check_attention, check_values
+from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 
 __all__ = ["one_core", "grid_causal", "rows_per_step", "grid_assignment", "GRID_CORES", "key_tiles_seen",
@@ -46,17 +48,17 @@ def _grid_cases() -> list[Case]:
 
 
 def _operation(exercise: str, candidate: Any) -> Any:
-    from course.lessons.tt_answer import gate_operation
     if getattr(candidate, "__pykernel_config__", None) is None:
         raise CheckFailed(f"{exercise}: expected the @ttl.operation your cell defines, got "
                           f"{type(candidate).__name__} {getattr(candidate, '__name__', '')!r}. Run that cell first.")
+    from course.lessons.tt_answer import gate_operation  # here, not on top: +5 ms to `import course`
     gate_operation(candidate, exercise)
     return candidate
 
 
 def _attention(exercise: str, operation: Any, causal: bool | None):
     """The operation as check_attention calls an attention function, checking DST and the footprint of each run."""
-    from course.lessons import dataflow, dst
+    from course.lessons import dataflow, dst  # here, not on top: +5 ms to `import course`
 
     def fn(q, k, v, causal=causal):
         if causal and q.shape[0] > k.shape[0]:
@@ -112,8 +114,8 @@ def _rows(capacity_of, operands_times=True, floor=True):
 
 
 def _capacity(dtype_bits: int, full_sync: bool) -> int:
-    from course.lessons.dst import capacity
-    return capacity(dtype_bits, full_sync)
+    from course.lessons import dst  # here, not on top: +2 ms to `import course`
+    return dst.capacity(dtype_bits, full_sync)
 
 
 _ROWS_ARGS = [dict(operands=5, block_cols=2, dtype_bits=16, full_sync=True),
@@ -172,11 +174,10 @@ def _loads(plan, q_tiles, k_tiles, causal) -> list[int]:
 
 def grid_assignment(fn: Any, arguments: Iterable[tuple] | None = None) -> Report:
     exercise = "09.grid_assignment"
-    from course.grading.engines import _call
     arguments = list(arguments or _PLAN_ARGS)
     for q_tiles, k_tiles, cores, causal in arguments:
         call = f"assign_query_tiles({q_tiles}, {k_tiles}, {cores}, causal={causal})"
-        plan = _call(exercise, fn, (q_tiles, k_tiles, cores, causal), {}, call)
+        plan = learner_call(exercise, fn, (q_tiles, k_tiles, cores, causal), {}, call)
         if not isinstance(plan, (list, tuple)) or len(plan) != cores or not all(isinstance(c, (list, tuple)) for c in plan):
             raise CheckFailed(f"{exercise}: {call} returned {plan!r:.120}; expected a list of {cores} lists, one per core.")
         tiles = sorted(int(i) for core in plan for i in core)
@@ -199,3 +200,64 @@ def grid_assignment(fn: Any, arguments: Iterable[tuple] | None = None) -> Report
             raise CheckFailed(f"{exercise}: {call}: the busiest core computes {max(loads)} query·key tile steps (per core: "
                               f"{loads}); a balanced assignment needs at most {best}.\n{hint}")
     return Report(exercise, len(arguments))
+
+
+EXERCISES = (
+    Exercise("09.one_core_tt", "FlashAttention on one Tensix core: the online-softmax update in TT-Lang",
+             lambda fn, cases=None: one_core(fn, cases), takes="tt operation"),
+    Exercise("09.rows_per_step", "The DST budget: rows of tiles per compute step", rows_per_step),
+    Exercise("09.grid_assignment", "Query tiles to cores, balanced under a causal mask", grid_assignment),
+    Exercise("09.grid_causal_tt", "FlashAttention on a grid of cores, causal, in TT-Lang",
+             lambda fn, cases=None: grid_causal(fn, cases), takes="tt operation"),
+)
+
+LADDERS = (
+    ladder("09.one_core_tt",
+           "Follow the formulas above in order: first the new maximum, then what depends on it. Which values need "
+           "the old m, and which the new one?",
+           "`with s_buf.wait() as s_blk, m_buf.wait() as m_old:` gives S and the old m. The new maximum, once: "
+           "`m_new = ttl.math.max(m_old, ttl.math.reduce_max(s_blk, dims=[-1], shape=(1, 1)))`. alpha = "
+           "exp(m_old − m_new) and P = exp(S − m_new) both need it, P with m_new copied across the columns "
+           "(`ttl.block.broadcast(m_new, dims=[-1], shape=(1, 1))`). Each goes into a block of its own buffer.",
+           "The first step, in place of `raise NotImplementedError()`:\n"
+           "    with s_buf.wait() as s_blk, m_buf.wait() as m_old:\n"
+           "        m_new = ttl.math.max(m_old, ttl.math.reduce_max(s_blk, dims=[-1], shape=(1, 1)))\n"
+           "        with m_buf.reserve() as m_blk:\n"
+           "            m_blk.store(m_new)\n"
+           "        with alpha_buf.reserve() as alpha_blk:\n"
+           "            alpha_blk.store(ttl.math.exp(m_old - m_new))\n"
+           "        with p_buf.reserve() as p_blk:\n"
+           "            p_blk.store(ttl.math.exp(s_blk - ttl.block.broadcast(m_new, dims=[-1], shape=(1, 1))))",
+           "The second step waits on P and alpha. l is one store; the accumulator takes two, P·V into pv_buf first "
+           "(one store of the rescale and P·V together keeps the broadcast alpha, the product and PV live at once: "
+           "3·D/32 tiles of DST, 12 at D = 128, where DST holds 8). Each waits on its old value and reserves the "
+           "new one of the same two-slot buffer:\n"
+           "    with p_buf.wait() as p_blk, alpha_buf.wait() as alpha_blk:\n"
+           "        with l_buf.wait() as l_old, l_buf.reserve() as l_blk:\n"
+           "            l_blk.store(alpha_blk * l_old + ttl.math.reduce_sum(p_blk, dims=[-1], shape=(1, 1)))\n"
+           "        with pv_buf.reserve() as pv_blk:\n"
+           "            pv_blk.store(p_blk @ v_blk)\n"
+           "        with pv_buf.wait() as pv_blk, acc_buf.wait() as acc_old, acc_buf.reserve() as acc_blk:\n"
+           "            acc_blk.store(acc_old * ttl.block.broadcast(alpha_blk, dims=[-1], shape=(1, d_tiles)) + pv_blk)",
+           cell="09_dataflow/one_core_attention"),
+    ladder("09.rows_per_step",
+           "How many tiles does DST hold in each mode, and how many does one row of tiles of a step need?",
+           "16-bit data: 16 tiles in full sync, 8 in half sync; 32-bit data: half of those. One row of tiles costs "
+           "operands × block_cols tiles.",
+           "capacity // (operands * block_cols), with capacity = (16 if full_sync else 8) // (dtype_bits // 16).",
+           cell="09_dataflow/rows_per_step"),
+    ladder("09.grid_assignment",
+           "With a causal mask, which query tiles cost the most, and what happens to the core that gets them all?",
+           "Tile i costs `key_tiles_seen(i, q_tiles, k_tiles, causal)` steps: the last tiles cost the most, so "
+           "contiguous runs overload the last core. Think of packing the most expensive items first.",
+           "Sort the tiles by cost, most expensive first, and give each to the core whose work so far is smallest "
+           "(keep a running total per core).",
+           cell="09_dataflow/assign_query_tiles"),
+    ladder("09.grid_causal_tt",
+           "Which key tile of query tile i holds its diagonal, and what must happen to the scores above it?",
+           "The last key tile the loop visits (j == seen - 1) is the diagonal one; add the bias tile to its scores "
+           "so the keys after each row's own get -1e30 and vanish in exp.",
+           "Compute the scaled scores; when causal and j == seen - 1, wait on bias_buf and store scores + bias_blk, "
+           "otherwise store the scores. The reader sends the bias only when causal, so wait for it only then.",
+           cell="09_dataflow/grid_attention"),
+)

@@ -2,7 +2,7 @@
 
 A learner can compute one block of rows against every key at once and take the softmax over it (right numbers,
 no key tiles, no online softmax). The re-check runs the answer under a memory limit set from outside its process
-(``course.exercises._check_footprint_live``), on a case with many keys and D = 1, where such a strip costs many
+(``course.lessons.lesson03._check_footprint_live``), on a case with many keys and D = 1, where such a strip costs many
 times what the tiled loop holds; the notebook's watch refuses the same strips first.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import course
 from course.grading.answer_process import AnswerProcess, LiveAnswer
 from course.errors import CheckFailed
-from course.exercises import _check_footprint, _check_footprint_live
+from course.lessons.lesson03 import _check_footprint, _check_footprint_live
 
 # Right answers (the tiled loop's numbers) whose scores are strips: `rows` rows by every key at once.
 STRIPS = '''

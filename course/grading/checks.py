@@ -1,0 +1,108 @@
+"""Checks more than one lesson runs: a kernel with one program per query row (lessons 01 and 02), a kernel of
+the CUDA C or Metal track on the CPU SIMT runtime (lessons 01-07), the tiled Triton forward (lessons 03-05), and
+the options every Triton kernel check runs with (the best tier there is, race watching on the interpreter).
+
+What only one lesson checks lives in that lesson's module, ``course/lessons/lessonNN.py``.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from course import tiers
+from course.grading.engines import Report, check_attention
+from course.grading.engines import _call as learner_call
+from course.inputs import Case
+from course.tracks import table
+
+__all__ = ["F16", "forward_cases", "kernel_options", "learner_call", "naive_simt", "row_kernel", "row_kernel_cases",
+           "tiled", "track_step"]
+
+
+def row_kernel_cases() -> list[Case]:
+    # Kept small: the interpreter runs the programs (one per query row) one after the other, a block
+    # of 32 keys per step. 33 and 40 keys cross a block boundary with a ragged last block.
+    return [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(17, 17, 64, seed=2),
+            Case(33, 33, 64, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(40, 6, 16, seed=6),
+            Case(24, 24, 32, dtype=torch.float16, seed=21)]
+
+
+def row_kernel(exercise: str, more: tuple[Case, ...] = ()):
+    """A Triton kernel with one program per query row (lesson 01's two passes, lesson 02's one sweep)."""
+    def run(fn, cases: Iterable[Case] | None = None) -> Report:
+        cases = list(cases) if cases is not None else row_kernel_cases() + list(more)
+        where = kernel_options()
+        report = check_attention(exercise, fn, cases, **where)
+        check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
+        return report
+    return run
+
+
+def naive_simt(exercise: str):
+    """A one-thread-per-row kernel in CUDA C or Metal (lesson 01, Metal's lesson 02), run on the CPU SIMT
+    runtime with memcheck, racecheck and a random schedule (``module`` is the RawModule a ``%%cuda`` /
+    ``%%metal`` cell made)."""
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from course.tracks import cuda  # here, not on top: +6 ms to `import course`
+        fn = cuda.attention_function(module, exercise, **cuda.GRADING_LAUNCH)
+        if cases is None:
+            cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(65, 65, 64, seed=2),
+                     Case(33, 33, 128, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(70, 6, 16, seed=6),
+                     Case(24, 24, 32, kind="constant_rows", seed=7)]
+        tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
+        report = check_attention(exercise, fn, cases, tier=tier)
+        check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, tier=tier)
+        return report
+    return run
+
+
+def track_step(exercise: str):
+    """A step of the CUDA C or Metal track on the CPU SIMT runtime (the track's ``check_step``): its own
+    cases, or the given ones under memcheck + racecheck and a random schedule."""
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from course.grading import measured  # here, not on top: +12 ms to `import course`
+        from course.tracks import cuda, metal  # here, not on top: +6 ms to `import course`
+        track = metal if table.exercise(exercise).track == "metal" else cuda
+        if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
+            measured.causal_tiles_simt(exercise, module)
+        if cases is None:
+            report = track.check_step(exercise, module)
+        else:
+            report = track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+        measured.simt_step_techniques(exercise, module)  # lessons 04 and 05: the technique, measured
+        return report
+    return run
+
+
+# -- the Triton track (lessons 01-08) ------------------------------------------------------------
+# Kernels run on the best tier there is; on Triton's interpreter every launch is also watched for
+# races between programs (the interpreter runs programs one by one, so a race would go unseen).
+# Case sizes stay small because the interpreter executes each program in Python.
+
+F16 = torch.float16
+
+
+def kernel_options() -> dict:
+    return dict(device=tiers.device(), tier=tiers.active_tier(), race=tiers.triton_interpreted())
+
+
+def forward_cases(dtype_mix: tuple[torch.dtype, torch.dtype] = (torch.float32, F16)) -> list[Case]:
+    main, other = dtype_mix
+    return [Case(1, 1, 16, dtype=main), Case(17, 17, 32, kind="peaky", dtype=main, seed=1),
+            Case(129, 129, 64, dtype=main, seed=2), Case(17, 129, 16, dtype=main, seed=3),
+            Case(129, 17, 128, dtype=main, seed=4), Case(70, 70, 16, kind="constant_rows", dtype=main, seed=5),
+            Case(33, 65, 64, kind="peaky", dtype=other, seed=6)]
+
+
+def tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.float32, F16)) -> Report:
+    cases = list(cases) if cases is not None else forward_cases(dtype_mix)
+    report = check_attention(exercise, fn, cases, with_lse=True, **kernel_options())
+    check_attention(exercise, fn, [Case(9, 40, 32, seed=9)], scale=0.3, pass_scale=True, with_lse=True, **kernel_options())
+    from course.grading import measured  # here, not on top: +12 ms to `import course`
+    if exercise == "05.mma_triton":  # the lesson's technique, measured: both products on tl.dot, 16-bit operands
+        measured.matrix_units_triton(exercise, fn)
+    if exercise == "04.double_buffer_triton":  # the lesson's technique, measured: the compiled loop is pipelined
+        measured.pipelining_triton(exercise, fn)
+    return report
+

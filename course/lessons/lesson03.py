@@ -1,0 +1,262 @@
+"""Lesson 03's checks: the tiled forward in PyTorch (O and LSE, never the N×N matrix: watched in the notebook,
+under a memory limit in the re-check), its traffic, the shared memory of a block, and the tiled kernels.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from course.errors import CheckFailed
+from course.grading.answer_process import AnswerError, LiveAnswer, MemoryLimitHit
+from course.grading.checks import learner_call, tiled, track_step
+from course.grading.engines import Mistake, Report, check_attention, check_values
+from course.grading.exercise import Exercise, TILED_RUNGS, ladder
+from course.grading.footprint import watch
+from course.grading.recording import Recorder, Replay
+from course.inputs import Case
+from course.models import roofline
+from course.tracks.common import Tiles
+
+
+def _tiled_torch_cases() -> list[Case]:
+    return [Case(1, 1, 16), Case(17, 17, 32, kind="peaky", seed=1), Case(70, 33, 16, seed=2),
+            Case(33, 70, 64, kind="peaky", seed=3), Case(40, 40, 16, kind="constant_rows", seed=4),
+            Case(24, 50, 32, dtype=torch.float16, seed=5)]
+
+
+# Block sizes the check hands the learner's function: square, tall and wide tiles, none dividing every N.
+_TILE_SIZES = ((16, 16), (32, 16), (16, 64))
+# The case whose run is watched: big enough that the N×N matrix is larger than any tensor a tiled loop needs (inputs
+# of N × D, a BLOCK_M × BLOCK_N × D product). A strip of scores, rows by all the keys, is refused whatever its rows
+# (the watch's ``keys``): a matrix product as wide as all the keys, or any such tensor not shaped like K or V.
+_WATCHED = Case(448, 384, 16, seed=6)
+_WATCHED_TILES = (32, 16)
+
+
+def _with_tiles(fn, block_m: int, block_n: int):
+    def call(q, k, v, **kwargs):
+        return fn(q, k, v, block_m=block_m, block_n=block_n, **kwargs)
+    call.__name__ = getattr(fn, "__name__", "tiled_attention_torch")
+    return call
+
+
+def _tiling_hint(n_k: int) -> str:
+    return (f"  hint: loop over K/V tiles of block_n keys inside the loop over Q tiles, and carry m, l and the "
+            f"accumulator from one K/V tile to the next; nothing as wide as all {n_k} keys may exist.")
+
+
+def _check_footprint(exercise: str, fn) -> None:
+    """Run ``fn`` on the watched case and fail if it built what a tiled loop never needs."""
+    case, (bm, bn) = _WATCHED, _WATCHED_TILES
+    if isinstance(fn, Recorder):  # watch the learner's function, not the recording's hashing of its arguments
+        fn = fn.fn
+    q, k, v = case.tensors()
+    n_q, n_k, d = case.n_q, case.n_k, case.d
+    limit = max(n_q * d, n_k * d, bm * bn * d)
+    pairs = -(-n_q // bm) * -(-n_k // bn)
+    where = f"on Nq={n_q}, Nk={n_k}, D={d} with block_m={bm}, block_n={bn}"
+    # Errors of the learner's code read as in any check (their frames only, a stub says so).
+    _, seen = learner_call(exercise, lambda: watch(fn, q, k, v, block_m=bm, block_n=bn, max_elements=limit,
+                                                   max_products=2 * pairs + 2, keys=(n_k, d)), (), {}, where)
+    if seen.fused_attention:
+        raise CheckFailed(f"{exercise}: your function calls PyTorch's own attention ({', '.join(seen.fused_attention)}) "
+                          f"{where}. This exercise is the tiled loop itself: Q tiles, K/V tiles, the running m, l "
+                          f"and accumulator, written with plain tensor operations.")
+    if seen.largest > limit:
+        shape = " × ".join(map(str, seen.largest_shape))
+        rows = seen.largest // n_k if n_k in seen.largest_shape else n_q
+        strip = f" (that is {rows} rows of scores by every key: a strip of the score matrix)" if rows < n_q else ""
+        raise CheckFailed(
+            f"{exercise}: {where} your function built a tensor of {shape} = {seen.largest:,} elements "
+            f"(by {seen.largest_op}){strip}; a tiled loop never needs more than a Q tile, a K/V tile, a "
+            f"{bm} × {bn} score tile and the {n_q} × {d} output.\n"
+            f"{_tiling_hint(n_k)}")
+    if seen.wide_shape:
+        shape = " × ".join(map(str, seen.wide_shape))
+        raise CheckFailed(
+            f"{exercise}: {where} your function built a tensor of {shape} (by {seen.wide_op}), as wide as all "
+            f"{n_k} keys: scores of a strip of rows by every key. A tiled loop holds nothing that wide but K and V "
+            f"themselves: a Q tile, a K/V tile, a {bm} × {bn} score tile and the {n_q} × {d} output.\n"
+            f"{_tiling_hint(n_k)}")
+    if seen.outside_torch_bytes >= n_q * n_k * 4:
+        raise CheckFailed(f"{exercise}: {where} your function allocated {seen.outside_torch_bytes:,} bytes outside "
+                          f"PyTorch (numpy arrays or Python lists), as much as the whole {n_q} × {n_k} score "
+                          f"matrix in float32. Work on torch tensors, one tile at a time.")
+    if seen.products > 2 * pairs + 2:
+        raise CheckFailed(f"{exercise}: {where} your function made more than {2 * pairs + 2:,} matrix products; tiles of "
+                          f"{bm} × {bn} need two per pair of tiles, {2 * pairs:,} in all. Use the block_m and "
+                          f"block_n it is given: a Q tile of block_m rows against a K/V tile of block_n keys.")
+
+
+# Where the grade is decided (course.grading.recheck) the learner's function runs in its answer process, which its own
+# code controls, so no watch inside it can be trusted; the process's memory can be limited from outside instead.
+# The case has few queries, very many keys and D = 1, so that scores as wide as all the keys dwarf everything a
+# tiled loop holds: Q, K and V are 8 MiB, and even a float64 copy of K and V adds only 16 MiB, while one strip of
+# 8 rows by all the keys is 32 MiB, and a softmax taken over it at once needs two or three of them. The least
+# growth each passes under, measured with this limit: the lesson's tiled loop 13 MiB, tiles on float64 copies of
+# Q, K and V 25 MiB; strips of block_m = 32 rows 394 MiB, of 8 rows 76 (softmax in place) to 108 MiB, of 4 rows
+# 46 (in place) to 134 MiB, of 1 row in float64 68 MiB; strips of 1 or 2 rows in float32 only 30 to 32 MiB, too
+# close to the tiled loop to tell apart by memory at this size. So 48 MiB past what a first small call left
+# allocated passes those tiled loops with room to spare and refuses block_m strips, strips of 8 rows or more and
+# strips in float64, whatever the learner's code does inside. The notebook's watch above refuses every strip, the
+# narrow ones included, so this refuses nothing the notebook's own run passed.
+# The keys repeat a block of 1024 (the values are not checked here), so the call's arguments cross the pipe
+# compressed to almost nothing, and decoding them costs the answer process no more than the inputs themselves.
+_LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES, _LIVE_EXTRA_BYTES = 64, 1 << 20, 1, (32, 1024), 48 << 20
+
+
+def _long_keys(n_q: int, n_k: int, d: int, seed: int, period: int = 1024) -> tuple[torch.Tensor, ...]:
+    q, k, v = Case(n_q, period, d, seed=seed).tensors()
+    return q, k.repeat(-(-n_k // period), 1)[:n_k].contiguous(), v.repeat(-(-n_k // period), 1)[:n_k].contiguous()
+
+
+def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
+    n_q, n_k, d, (bm, bn) = _LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES
+    tiles = dict(block_m=bm, block_n=bn)
+    inputs = _long_keys(n_q, n_k, d, seed=6)
+    try:
+        fn.process.call_within(fn.name, inputs, tiles, _LIVE_EXTRA_BYTES,
+                               warmup=(_long_keys(2 * bm, 4 * bn, d, seed=7), tiles))
+    except MemoryLimitHit:
+        held = sum(t.numel() * t.element_size() for t in inputs) >> 20
+        strip = bm * n_k * 4
+        raise CheckFailed(
+            f"{exercise}: on Nq={n_q}, Nk={n_k:,}, D={d} with block_m={bm}, block_n={bn}, your function needed more "
+            f"than {_LIVE_EXTRA_BYTES >> 20} MiB for the call (its inputs and output are {held} MiB of that; measured "
+            f"from outside your code, with a memory limit). A tiled loop needs only a Q tile, a K/V tile and a "
+            f"{bm} × {bn} score tile besides them, where a strip of scores {bm} rows by every key is already "
+            f"{strip >> 20} MiB: your function built the score matrix, or strips of it with the softmax taken over "
+            f"all the keys at once.\n"
+            f"{_tiling_hint(n_k)}") from None
+    except (AnswerError, NotImplementedError):
+        return  # a function that fails here fails its value checks too, which say why
+
+
+def _tiled_torch(fn, cases: Iterable[Case] | None = None) -> Report:
+    cases = list(cases) if cases is not None else _tiled_torch_cases()
+    # A first small case says "not implemented yet" to a stub and names a wrong formula before the
+    # watched run, whose messages are about what the loop builds.
+    check_attention("03.tiled_torch", _with_tiles(fn, 16, 16), [Case(17, 17, 32, kind="peaky", seed=1)], with_lse=True)
+    if isinstance(fn, LiveAnswer):  # the re-check: the answer runs in another process, under a memory limit
+        _check_footprint_live("03.tiled_torch", fn)
+    elif not isinstance(fn, Replay):  # a recording holds answers, not the run that made them
+        _check_footprint("03.tiled_torch", fn)
+    report = None
+    for bm, bn in _TILE_SIZES:
+        tiled = _with_tiles(fn, bm, bn)
+        result = check_attention("03.tiled_torch", tiled, cases, with_lse=True)
+        report = report or result
+    check_attention("03.tiled_torch", _with_tiles(fn, 16, 32), [Case(20, 40, 32, seed=9)], scale=0.3,
+                    pass_scale=True, with_lse=True)
+    return report
+
+
+def _tiled_bytes_mistakes() -> list[Mistake]:
+    def count(q_reads=1, kv=2, o=1, lse=4, programs=None, per_element=True):
+        def formula(n_q, n_k, d, block_m, bytes_per_element):
+            b = bytes_per_element if per_element else 1
+            p = programs(n_q, block_m) if programs else -(-n_q // block_m)
+            return b * (q_reads * n_q * d + p * kv * n_k * d + o * n_q * d) + (lse if per_element else 1) * n_q
+        return formula
+    return [
+        Mistake("elements, not bytes: multiply by the bytes per element (and LSE is float32, 4 bytes a row).",
+                count(per_element=False)),
+        Mistake("K and V are read once per *query tile*, not once in total: each of the ceil(Nq / BLOCK_M) programs "
+                "streams all of K and V.", count(programs=lambda n, m: 1)),
+        Mistake("the last query tile is partial but still a program: there are ceil(Nq / BLOCK_M) programs, "
+                "not Nq // BLOCK_M.", count(programs=lambda n, m: n // m)),
+        Mistake("that is one program per query row (the naive kernel's traffic): with tiles, K and V are read "
+                "once per BLOCK_M rows.", count(programs=lambda n, m: n)),
+        Mistake("the LSE is written too: one float32 (4 bytes) per query row.", count(lse=0)),
+        Mistake("the LSE is stored as float32 whatever the inputs are: 4 bytes a row, not bytes_per_element.",
+                lambda n_q, n_k, d, block_m, bytes_per_element: roofline.tiled_kernel_bytes(
+                    n_q, n_k, d, block_m, bytes_per_element) - 4 * n_q + bytes_per_element * n_q),
+        Mistake("O is written once (N × D elements): the count has reads only.", count(o=0)),
+        Mistake("both K and V are streamed: each program reads 2 · Nk · D elements of them.", count(kv=1)),
+    ]
+
+
+def _tiled_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(n_q=1, n_k=1, d=16, block_m=16, bytes_per_element=4),
+                         dict(n_q=4096, n_k=4096, d=128, block_m=128, bytes_per_element=2),
+                         dict(n_q=1000, n_k=300, d=64, block_m=64, bytes_per_element=4),
+                         dict(n_q=200, n_k=4096, d=64, block_m=32, bytes_per_element=2)]
+    return check_values("03.tiled_bytes", fn, roofline.tiled_kernel_bytes, args, _tiled_bytes_mistakes())
+
+
+def _shared_bytes_expected(block_m: int, block_n: int, d: int) -> int:
+    from course.tracks.cuda import shared_memory_bytes  # here, not on top: +6 ms to `import course`
+    return shared_memory_bytes("tiled", Tiles(block_m, block_n), d)
+
+
+def _shared_mistake(text: str, pad: int = 1, q: bool = True, v_pad: int = 0, size: int = 4, buffers: int = 1):
+    return Mistake(text, lambda block_m, block_n, d: size * ((block_m * d if q else 0)
+                                                             + buffers * block_n * (2 * d + pad + v_pad)))
+
+
+_SHARED_MISTAKES = [
+    _shared_mistake("K's rows are padded by one float (d + 1 floats a row): the padding is what keeps the 32 lanes "
+                    "of a warp in 32 different banks.", pad=0),
+    _shared_mistake("bytes, not floats: each float of a tile takes 4 bytes.", size=1),
+    _shared_mistake("the Q tile lives in shared memory too (block_m × d floats), beside the K and V tiles.", q=False),
+    _shared_mistake("only K's rows are padded; V is read along its rows and needs no padding.", v_pad=1),
+    _shared_mistake("this kernel holds one K and one V tile at a time (two of each is lesson 04's double buffering).",
+                    buffers=2),
+]
+
+
+def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(block_m=16, block_n=32, d=64), dict(block_m=4, block_n=32, d=128),
+                         dict(block_m=32, block_n=64, d=16), dict(block_m=8, block_n=96, d=32)]
+    return check_values("03.shared_bytes", fn, _shared_bytes_expected, args, _SHARED_MISTAKES)
+
+
+EXERCISES = (
+    Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", track_step("03.tiled_cuda"),
+             isolated=True, takes="kernel module"),
+    Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", track_step("03.tiled_metal"),
+             isolated=True, takes="kernel module"),
+    Exercise("03.tiled_torch", "The tiled forward in PyTorch: O and LSE, no N×N matrix", _tiled_torch),
+    Exercise("03.tiled_bytes", "Global-memory traffic of the tiled kernel", _tiled_bytes),
+    Exercise("03.shared_bytes", "Shared memory a block of the tiled kernel needs", _shared_bytes),
+    Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
+             lambda fn, cases=None: tiled("03.tiled_triton", fn, cases), isolated=True),
+)
+
+LADDERS = (
+    ladder("03.tiled_torch",
+           "Two loops: over Q tiles of block_m rows (outside), over K/V tiles of block_n keys (inside). What must a "
+           "Q tile carry from one K/V tile to the next?",
+           "Per Q tile (`for i in range(0, n_q, block_m):`, `q_i = q[i:i + block_m]`): m (block_m,) at -inf, l "
+           "(block_m,) at 0, acc (block_m, D) at 0. Per K/V tile (`for j in range(0, n_k, block_n):`, "
+           "`k_j, v_j = k[j:j + block_n], v[j:j + block_n]`): `s = q_i @ k_j.T * scale`, a (block_m, block_n) score "
+           "tile, and lesson 02's online update row by row.",
+           "`m_new = torch.maximum(m, s.amax(1))`; `a = torch.exp(m - m_new)`; `p = torch.exp(s - m_new[:, None])`; "
+           "`l = l * a + p.sum(1)`; `acc = acc * a[:, None] + p @ v_j`; `m = m_new`. After the last K/V tile: O_i = acc "
+           "/ l, row by row, and LSE_i = m + log(l).",
+           cell="03_tiling/tiled_torch"),
+    ladder("03.tiled_bytes",
+           "Count per program (one Q tile of BLOCK_M rows), then multiply by the number of programs. How many "
+           "programs cover Nq rows?",
+           "ceil(Nq / BLOCK_M) programs; each reads its Q tile once and every K and V row once (2·Nk·D elements).",
+           "bytes = b·(Nq·D [Q] + ceil(Nq/BLOCK_M)·2·Nk·D [K, V] + Nq·D [O]) + 4·Nq [LSE, float32].",
+           cell="03_tiling/tiled_bytes"),
+    ladder("03.shared_bytes",
+           "Which tiles does one block keep in shared memory at the same time, and how big is each, in floats?",
+           "The Q tile (block_m × d), one K tile and one V tile (block_n rows each). K's rows carry one float of "
+           "padding.",
+           "4 · (block_m·d + block_n·(d + 1) + block_n·d) bytes.",
+           cell="03_tiling/shared_bytes"),
+    ladder("03.tiled_triton", *TILED_RUNGS,
+           "In Triton: `keys = start_n + tl.arange(0, BLOCK_N)`; load K and V tiles with the mask `keys < n_k`; "
+           "`s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale`; mask keys past n_k with -inf; "
+           "`acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=\"ieee\")`."),
+    ladder("03.tiled_cuda", *TILED_RUNGS,
+           "In CUDA C: `__syncthreads()` before the copy (nobody still reads the old tile) and after it (the tile is "
+           "complete); the copy is a loop `for (int i = threadIdx.x; i < block_n * d; i += blockDim.x)`; then step 02's "
+           "warp update on each chunk of 32 keys of the tile, reading K and V from shared memory."),
+    ladder("03.tiled_metal", *TILED_RUNGS,
+           "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
+           "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),
+)

@@ -1,0 +1,175 @@
+"""Lesson 08's checks: the capstone's ``flash_attention`` (an autograd.Function around the course's kernels) and
+a short training run with it, through the probes of :mod:`course.lessons.capstone`.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from course import tiers
+from course.errors import CheckFailed
+from course.grading.checks import F16, learner_call
+from course.grading.engines import Report, check_attention, check_backward
+from course.grading.exercise import Exercise, ladder
+from course.inputs import Case
+from course.reference import attention
+
+
+# The learner's flash_attention is called through course.lessons.capstone's probe: one forward and backward, with
+# what the run saved for its backward and what it built in PyTorch, all returned as data. Under the re-check
+# the probe runs in the answer process around the handed-in cell's function, once that cell's text has been
+# read (course.lessons.capstone.refused_reach), and only its data comes back.
+
+def _capstone_cases() -> list[Case]:
+    return [Case(17, 17, 32, batch=(2, 3), causal=True, seed=1), Case(65, 33, 16, batch=(1, 2), seed=2),
+            Case(33, 65, 64, batch=(2, 1), kind="peaky", causal=True, seed=3),
+            Case(40, 40, 16, batch=(1, 2), dtype=F16, causal=True, seed=4),
+            # keys outnumber D by far: a score matrix (Nq × Nk per head) is larger than anything else the call
+            # may build in PyTorch (the kernels' copies of Q, K, V and the gradients)
+            Case(128, 128, 16, batch=(1, 2), causal=True, seed=5)]
+
+
+def _built_by_wrapper(exercise: str, text: str, products: int, fused: int) -> None:
+    """Refuse a wrapper that computes attention in PyTorch instead of calling the kernels."""
+    if fused:
+        raise CheckFailed(f"{exercise}: on {text} flash_attention calls PyTorch's fused attention "
+                          "(scaled_dot_product_attention). The capstone runs the course's kernels: lesson 06's forward "
+                          "and lesson 07's backward.")
+    if products:
+        raise CheckFailed(f"{exercise}: on {text} flash_attention makes {products} matrix product(s) in PyTorch. The "
+                          "attention's arithmetic belongs to the kernels (lesson 06's forward, lesson 07's backward); "
+                          "the wrapper only shapes tensors, maps heads and sums gradients.")
+
+
+def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, text: str,
+                   backward: bool) -> tuple:
+    """(o, dq, dk, dv) of a probe's result, after the rules on what the call saved and built."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 6):
+        raise CheckFailed(f"{exercise}: the probe of your function returned {type(result).__name__}; expected six items.")
+    o, dq, dk, dv, saved, (largest, products, fused) = result
+    _built_by_wrapper(exercise, text, products, fused)
+    if not isinstance(o, torch.Tensor):
+        raise CheckFailed(f"{exercise}: on {text} flash_attention returned {type(o).__name__}; expected the output tensor.")
+    b, h, n_q, d = q.shape
+    limit = 4 * b * h * max(n_q, k.shape[2]) * d  # bytes of an (expanded) input, as the interpreter copies them
+    if largest > limit:
+        raise CheckFailed(f"{exercise}: on {text} a PyTorch operator inside flash_attention returned {largest:,} "
+                          f"elements, more than the inputs ({limit:,} bytes) and than anything the kernels' wrapper "
+                          "needs: is the Nq × Nk score matrix built outside the kernels?")
+    if saved is None:
+        raise CheckFailed(f"{exercise}: on {text} the output has no torch.autograd.Function behind it: flash_attention "
+                          "must return what FlashAttention.apply(...) returns, so that its own backward runs.")
+    allowed = {tuple(q.shape), tuple(k.shape), tuple(v.shape), (b, h, n_q)}
+    extra = [tuple(shape) for shape in saved if tuple(shape) not in allowed]
+    if extra or len(saved) > 5:
+        what = f"a tensor of shape {extra[0]}" if extra else f"{len(saved)} tensors"
+        if extra and extra[0][1] == h and extra[0][2] == k.shape[2] and k.shape[1] != h:
+            what += (" (K or V repeated over the query heads: save them as given, with their own heads: the "
+                     "backward reads each K/V head for its group of query heads)")
+        raise CheckFailed(f"{exercise}: on {text} the forward keeps {what} for the backward. FlashAttention's forward "
+                          f"saves the inputs, O and one LSE per query row ({(b, h, n_q)}), and nothing else: the "
+                          "backward rebuilds P from the LSE.")
+    if backward and not all(isinstance(g, torch.Tensor) for g in (dq, dk, dv)):
+        raise CheckFailed(f"{exercise}: on {text} the backward left a gradient of q, k or v empty: does backward "
+                          "return (dq, dk, dv, None, None, None)?")
+    return o, dq, dk, dv
+
+
+def _flash_attention(probe, cases: Iterable[Case] | None = None) -> Report:
+    exercise = "08.flash_attention_triton"
+    cases = list(cases) if cases is not None else _capstone_cases()
+    options = dict(device=tiers.device(), tier=tiers.active_tier())
+
+    def forward(q, k, v, causal=False, scale=None):
+        text = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+        return _probe_outputs(exercise, probe(q, k, v, None, causal=causal, scale=scale), q, k, v, text, False)[0]
+
+    def gradients(q, k, v, o, lse, do, causal=False, scale=None):
+        text = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+        return _probe_outputs(exercise, probe(q, k, v, do, causal=causal, scale=scale), q, k, v, text, True)[1:]
+
+    forward.__name__ = gradients.__name__ = getattr(probe, "__name__", "flash_attention")
+    report = check_attention(exercise, forward, cases, pass_causal=True, pass_scale=True, **options)
+    check_backward(exercise, gradients, cases, **options)
+    _grouped_query_heads(exercise, probe, options["device"])
+    return report
+
+
+def _grouped_query_heads(exercise: str, probe, device) -> None:
+    """Four query heads over two K/V heads: query head h reads K/V head h // 2, and dK, dV sum over each group."""
+    gen = torch.Generator().manual_seed(81)
+    q = torch.randn(1, 4, 20, 16, generator=gen)
+    k, v = torch.randn(1, 2, 33, 16, generator=gen), torch.randn(1, 2, 33, 16, generator=gen)
+    do = torch.randn(1, 4, 20, 16, generator=gen)
+    text = "grouped-query heads (q has 4 heads, k and v 2; Nq=20, Nk=33, D=16, causal)"
+    args = [t.to(device) for t in (q, k, v, do)]
+    result = learner_call(exercise, probe, tuple(args), dict(causal=True, scale=None), text)
+    got = _probe_outputs(exercise, result, *args[:3], text, True)
+    leaves = [t.double().requires_grad_(True) for t in (q, k, v)]
+    want_o = attention(leaves[0], leaves[1].repeat_interleave(2, dim=1), leaves[2].repeat_interleave(2, dim=1),
+                       True).o
+    want_o.backward(do.double())
+    for name, g, w in zip(("o", "dq", "dk", "dv"), got, (want_o.detach(), *(t.grad for t in leaves))):
+        if not (isinstance(g, torch.Tensor) and g.shape == w.shape):
+            raise CheckFailed(f"{exercise}: with {text}, {name} has shape "
+                              f"{tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__}; expected "
+                              f"{tuple(w.shape)} (the gradient of k and v has k's and v's own 2 heads).")
+        err = float((g.detach().cpu().double() - w).abs().max())
+        if not err <= 1e-4 * max(1.0, float(w.abs().max())):
+            raise CheckFailed(f"{exercise}: wrong {name} with {text}: off by up to {err:.3g}. Query head h reads K/V head "
+                              "h // (H / H_kv), and the gradient of a K/V head is the sum over the query heads that "
+                              "read it.")
+
+
+def _training(probe, steps: int = 8, seed: int = 0) -> Report:
+    """Losses of a short training run with the learner's attention against the same run with PyTorch's."""
+    from course.lessons.capstone import sdpa_attention, train_losses  # here, not on top: +4 ms to `import course`
+    text = f"a {steps}-step training run (seed {seed})"
+    result = learner_call("08.training", probe, (steps, seed), {}, text)
+    if not (isinstance(result, (list, tuple)) and len(result) == 2):
+        raise CheckFailed(f"08.training: the training run returned {type(result).__name__}; expected (losses, built).")
+    got, (products, fused) = result
+    _built_by_wrapper("08.training", text, products, fused)
+    want = train_losses(sdpa_attention, steps=steps, seed=seed)
+    if not (isinstance(got, (list, tuple)) and all(isinstance(x, float) for x in got)):
+        raise CheckFailed(f"08.training: the training run returned {type(got).__name__}; expected a list of losses.")
+    for step, (a, b) in enumerate(zip(got, want)):
+        if not abs(a - b) <= 1e-4 * max(1.0, abs(b)):
+            raise CheckFailed(f"08.training: at step {step} the loss with your flash_attention is {a:.6g}, with PyTorch's "
+                              f"attention {b:.6g} (steps before it agree). "
+                              + ("The very first loss differs: the forward is wrong for this model (causal, grouped "
+                                 "heads)." if step == 0 else "The forward agreed, so the gradients differ: check the "
+                                 "backward (causal, scale, the sum over grouped heads)."))
+    if len(got) != len(want):
+        raise CheckFailed(f"08.training: the run stopped after {len(got)} of {len(want)} steps (a loss was not finite).")
+    return Report("08.training", steps)
+
+
+EXERCISES = (
+    Exercise("08.flash_attention_triton", "FlashAttention as a torch.autograd.Function", _flash_attention,
+             probe="autograd_probe"),
+    Exercise("08.training", "Training a tiny model with flash_attention in place of PyTorch's attention", _training,
+             probe="training_probe"),
+)
+
+LADDERS = (
+    ladder("08.flash_attention_triton",
+           "forward(ctx, q, k, v, causal, scale, deterministic) runs lesson 06's forward; what must it keep for "
+           "backward, and what must it not keep?",
+           "`o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)`; "
+           "`ctx.save_for_backward(q, k, v, o, lse)`; keep causal, scale and the dq_mode (\"split\" when "
+           "deterministic) on ctx. Never P.",
+           "backward(ctx, do): restore what forward saved (`q, k, v, o, lse = ctx.saved_tensors`), call "
+           "`_backward.attention_backward_bhnd` with K and V as saved (their own H_kv heads: the kernels map query "
+           "head h to K/V head h // (H / H_kv) and sum dK, dV over each group), and return dq, dk, dv, None, None, "
+           "None."),
+    ladder("08.training",
+           "The training run uses your flash_attention as it is: if the operator check passes, this one should too. "
+           "Which step's loss differs first?",
+           "Step 0 differs: the forward is wrong for this model (causal, 4 query heads over 2 K/V heads). A later step: "
+           "a gradient is wrong.",
+           "Check the backward's causal flag and scale (`ctx.causal`, `ctx.scale`), and that dK and dV are summed over "
+           "each group of query heads, not taken from one of them.",
+           cell="08_capstone/flash_attention_triton"),
+)
