@@ -24,15 +24,15 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from autograder import SOLUTIONS_DIR
 from autograder.kernel_polling import poll_shell_in_slices
-from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exercise_of, hint_problem, make_submission,
-                                      packs, student_notebook, track_groups,
+from autograder.release.build import find_assignments
+from autograder.corpora.wrong import (WrongSolution, corpus, exercise_key, exercise_of, hint_problem, lesson_corpora,
+                                      make_submission, packs, student_notebook, track_groups,
                                       group_siblings, groups_touched)
 from grading_support import feedback_text, hidden_lines, lesson_notebooks, processes_left_behind, put
 
-ASSIGNMENTS = ["00_orientation", "01_naive_attention", "02_online_softmax", "03_tiling", "04_double_buffering",
-               "05_matrix_units", "06_causal_masking", "07_backward_pass", "08_capstone",
-               "09_dataflow"]
+ASSIGNMENTS = find_assignments(SOLUTIONS_DIR)  # every lesson in solutions/, a new one included
 PARSER_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
 
@@ -50,6 +50,12 @@ def test_corpus_covers_every_exercise_with_three_mistakes(repo):
         exercises = {_grade_id(c) for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
         counts = {e: sum(1 for w in corpus(assignment) if w.cell == e) for e in exercises}  # every track too
         assert all(n >= 3 for n in counts.values()), counts
+
+
+def test_the_corpus_has_one_module_per_lesson():
+    """Found on disk, not listed: lesson NN of solutions/ has autograder/corpora/wrong/lessonNN.py, and no other."""
+    assert [module.__name__.rpartition(".")[2] for module in lesson_corpora()] == [f"lesson{a[:2]}" for a in ASSIGNMENTS]
+    assert {w.assignment for w in corpus()} == set(ASSIGNMENTS)
 
 
 def test_every_entry_applies_to_the_current_solution(repo):

@@ -10,14 +10,17 @@ exercise in each) and requires each to lose its exercise's points.
 from __future__ import annotations
 
 import copy
+import importlib
+import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Iterable
 
 import nbformat
 
-__all__ = ["WrongSolution", "WrongKernel", "apply_edits", "corpus", "packs", "make_submission", "exercise_of",
+__all__ = ["WrongSolution", "WrongKernel", "apply_edits", "lesson_corpora", "corpus", "packs", "make_submission", "exercise_of",
            "track_groups", "group_siblings", "groups_touched", "exercise_key", "student_notebook",
            "UNDECLARED", "Undeclared", "hint_problem"]
 
@@ -130,11 +133,16 @@ def exercise_of(test_cell: str) -> str:
     return re.sub(r"_(hidden|in_training)$", "", test_cell.removeprefix("test_"))
 
 
+def lesson_corpora() -> list[ModuleType]:
+    """The corpus modules, one a lesson (``lessonNN.py`` beside this file, each with its ``WRONG`` list), found on
+    disk: a new lesson's module joins the corpus by being there."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if re.fullmatch(r"lesson\d\d", m.name))
+    # Imported here: each of these modules imports this package for WrongSolution.
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+
+
 def corpus(assignment: str | None = None) -> list[WrongSolution]:
-    from autograder.corpora.wrong import (lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06,
-                                          lesson07, lesson08, lesson09)
-    entries = (lesson00.WRONG + lesson01.WRONG + lesson02.WRONG + lesson03.WRONG + lesson04.WRONG + lesson05.WRONG
-               + lesson06.WRONG + lesson07.WRONG + lesson08.WRONG + lesson09.WRONG)
+    entries = [entry for module in lesson_corpora() for entry in module.WRONG]
     return [e for e in entries if assignment in (None, e.assignment)]
 
 
