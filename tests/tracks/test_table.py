@@ -111,3 +111,24 @@ def test_lookups_fail_with_a_sentence():
     with pytest.raises(Exception, match="no kernel exercise '03.tiled'.*03.tiled_cuda"):
         table.exercise("03.tiled")
     assert [r.id for r in table.exercises(lesson="07", track="cuda")] == ["07.backward_atomic_cuda", "07.backward_split_cuda"]
+
+
+LOOKUPS = {"exercise", "exercises", "find", "graded_whole", "KERNEL_EXERCISES"}
+
+
+def lookups_imported_by_name(text: str) -> list[str]:
+    """The table's lookups that ``text`` imports by name (with or without ``as``) instead of through the module."""
+    found = []
+    for names in re.findall(r"from course\.tracks\.table import \(?([^)\n]+)", text):
+        found += [name.split(" as ")[0].strip() for name in names.split(",") if name.split(" as ")[0].strip() in LOOKUPS]
+    return found
+
+
+def test_the_table_is_reached_one_way(repo):
+    """``from course.tracks import table`` then ``table.exercise(...)``: no lookup imported by name or renamed."""
+    assert lookups_imported_by_name("from course.tracks.table import KernelExercise, exercise as row\n") == ["exercise"]
+    assert lookups_imported_by_name("from course.tracks import table\nfrom course.tracks.table import TRACKS\n") == []
+    offenders = {str(path.relative_to(repo)): names for root in ("course", "autograder", "tests")
+                 for path in sorted((repo / root).rglob("*.py"))
+                 if path != Path(__file__) and (names := lookups_imported_by_name(path.read_text()))}
+    assert offenders == {}
