@@ -8,6 +8,8 @@ from course.grading.engines import Mistake, Report, check_values
 from course.grading.exercise import Exercise, ladder
 from course.models import roofline
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 _FLOP_ARGS = [dict(n_q=1, n_k=1, d=1), dict(n_q=128, n_k=128, d=64), dict(n_q=17, n_k=129, d=32),
               dict(n_q=4096, n_k=4096, d=128), dict(n_q=1000, n_k=10, d=16)]

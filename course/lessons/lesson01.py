@@ -13,6 +13,8 @@ from course.grading.exercise import Exercise, ladder
 from course.inputs import Case, standard_cases
 from course.models import roofline
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _lesson01_cases() -> list[Case]:
     return standard_cases(head_dims=(16, 64), lengths=(1, 17, 65), kinds=("normal", "peaky"))

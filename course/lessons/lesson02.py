@@ -11,6 +11,8 @@ from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 from course.models import roofline
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
     cases = cases or [Case(1, 1, 16), Case(17, 300, 16, kind="peaky", seed=1), Case(5, 129, 32, seed=2),

@@ -18,6 +18,8 @@ from course.inputs import Case
 from course.models import roofline
 from course.tracks.common import Tiles
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _tiled_torch_cases() -> list[Case]:
     return [Case(1, 1, 16), Case(17, 17, 32, kind="peaky", seed=1), Case(70, 33, 16, seed=2),

@@ -10,6 +10,8 @@ from course.grading.engines import Mistake, Report, check_values
 from course.grading.exercise import Exercise, TILED_RUNGS, ladder
 from course.models.memory_model import WARP, bank_conflict_ways, sectors_of_bytes, warp_column_walk
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _sectors_expected(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
     return len(sectors_of_bytes([offset_bytes + lane * stride_bytes for lane in range(WARP)], access_bytes))

@@ -11,6 +11,8 @@ from course.grading.engines import Mistake, Report, check_values
 from course.grading.exercise import Exercise, ladder
 from course.models.fragments import FRAGMENTS, fragment_map
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _fragment_map_entry(which: int):
     """The lane (0) or slot (1) the course's runtime stores at (row, col) of a track's accumulator fragment."""

@@ -14,6 +14,8 @@ from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 from course.models.causal import tile_counts
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _mask(n_q: int, n_k: int, shift: int, strict: bool = False) -> torch.Tensor:
     i, j = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]

@@ -17,6 +17,8 @@ from course.models import roofline
 from course.models.determinism import differing_elements
 from course.reference import attention, attention_backward
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 def _backward_simt(exercise: str, kind: str):
     """Lesson 07's backward in CUDA C on the CPU SIMT runtime: memcheck, racecheck, random schedule."""

@@ -15,6 +15,8 @@ from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 from course.reference import attention
 
+__all__ = ["EXERCISES", "LADDERS"]
+
 
 # The learner's flash_attention is called through course.lessons.capstone's probe: one forward and backward, with
 # what the run saved for its backward and what it built in PyTorch, all returned as data. Under the re-check

@@ -23,7 +23,7 @@ from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 
 __all__ = ["one_core", "grid_causal", "rows_per_step", "grid_assignment", "GRID_CORES", "key_tiles_seen",
-           "balanced_plan"]
+           "balanced_plan", "EXERCISES", "LADDERS"]
 
 BF16 = torch.bfloat16
 GRID_CORES = 4
