@@ -12,11 +12,9 @@ from course.grading.answer_process import AnswerError, LiveAnswer, MemoryLimitHi
 from course.grading.checks import learner_call, tiled, track_step
 from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.grading.exercise import Exercise, TILED_RUNGS, ladder
-from course.grading.footprint import watch
 from course.grading.recording import Recorder, Replay
 from course.inputs import Case
 from course.models import roofline
-from course.tracks.common import Tiles
 
 __all__ = ["EXERCISES", "LADDERS"]
 
@@ -50,6 +48,7 @@ def _tiling_hint(n_k: int) -> str:
 
 def _check_footprint(exercise: str, fn) -> None:
     """Run ``fn`` on the watched case and fail if it built what a tiled loop never needs."""
+    from course.grading.footprint import watch  # here, not on top: +1.4 ms to `import course`
     case, (bm, bn) = _WATCHED, _WATCHED_TILES
     if isinstance(fn, Recorder):  # watch the learner's function, not the recording's hashing of its arguments
         fn = fn.fn
@@ -188,6 +187,7 @@ def _tiled_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
 
 
 def _shared_bytes_expected(block_m: int, block_n: int, d: int) -> int:
+    from course.tracks.common import Tiles  # here, not on top: +0.5 ms to `import course`
     from course.tracks.cuda import shared_memory_bytes  # here, not on top: +6 ms to `import course`
     return shared_memory_bytes("tiled", Tiles(block_m, block_n), d)
 

@@ -9,7 +9,6 @@ import torch
 from course.grading.checks import F16, tiled, track_step
 from course.grading.engines import Mistake, Report, check_values
 from course.grading.exercise import Exercise, ladder
-from course.models.fragments import FRAGMENTS, fragment_map
 
 __all__ = ["EXERCISES", "LADDERS"]
 
@@ -17,6 +16,7 @@ __all__ = ["EXERCISES", "LADDERS"]
 def _fragment_map_entry(which: int):
     """The lane (0) or slot (1) the course's runtime stores at (row, col) of a track's accumulator fragment."""
     def entry(track: str, row: int, col: int) -> int:
+        from course.models.fragments import fragment_map  # here, not on top: +1 ms to `import course`
         return int(fragment_map(track)[which][row, col])
     return entry
 
@@ -32,6 +32,7 @@ _FRAGMENT_MISTAKES = [
 
 
 def _fragment_lane(fn, arguments: Iterable[dict] | None = None) -> Report:
+    from course.models.fragments import FRAGMENTS  # here, not on top: +1 ms to `import course`
     args = arguments or [dict(track=track, row=r, col=c) for track, shape in FRAGMENTS.items()
                          for r in range(shape.rows) for c in range(shape.cols)]
     return check_values("05.fragment_lane", fn, _fragment_lane_expected, args, _FRAGMENT_MISTAKES)

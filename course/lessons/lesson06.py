@@ -12,7 +12,6 @@ from course.grading.checks import F16, kernel_options, learner_call, track_step
 from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
-from course.models.causal import tile_counts
 
 __all__ = ["EXERCISES", "LADDERS"]
 
@@ -71,6 +70,7 @@ def _causal_torch(fn, cases: Iterable[Case] | None = None) -> Report:
 def _tile_count(part: int, alignment: str = "bottom_right"):
     """One of the (skipped, full, diagonal) counts, as a function of the sizes."""
     def count(n_q: int, n_k: int, block_m: int, block_n: int) -> int:
+        from course.models.causal import tile_counts  # here, not on top: +1 ms to `import course`
         counts = tile_counts(n_q, n_k, block_m, block_n, alignment)
         return (counts.skipped, counts.full, counts.diagonal)[part]
     return count
