@@ -12,7 +12,7 @@ import torch
 
 from course import tiers
 from course.grading.engines import Report, check_attention
-from course.grading.engines import _call as learner_call
+from course.grading.engines import learner_call
 from course.inputs import Case
 from course.tracks import table
 

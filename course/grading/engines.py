@@ -43,7 +43,7 @@ from course.simt.compiler import blank_comments
 from course.solution_regions import BEGIN_SOLUTION, REMOVED_FOR_GRADING, SolutionRegionError, clear_solution_regions
 
 __all__ = ["Report", "check_attention", "check_backward", "check_softmax", "check_merge_states", "check_values",
-           "Mistake", "quiet", "untouched_stub"]
+           "Mistake", "quiet", "untouched_stub", "learner_call", "gradients_with", "case_masks"]
 
 LOG2E = 1.4426950408889634
 BLOCKS = (1, 8, 16, 32, 64, 128)
@@ -155,7 +155,7 @@ def _rows(indices: Sequence[int], total: int) -> str:
     return f"{len(indices)} of {total} rows ({shown})"
 
 
-def _call(exercise: str, fn: Callable[..., Any], args: tuple, kwargs: dict, case_text: str, race: bool = False,
+def learner_call(exercise: str, fn: Callable[..., Any], args: tuple, kwargs: dict, case_text: str, race: bool = False,
           written: Written | None = None) -> Any:
     """Run the learner's code; with ``race`` (interpreter only) also run the interpreter's checks: accesses out
     of bounds, races between programs, and (into ``written``) the bytes the launches stored."""
@@ -328,7 +328,7 @@ def _paddings(n: int) -> list[int]:
     return sorted(p for p in pads if p > 0)
 
 
-def _masks(n_q: int, n_k: int) -> dict[str, torch.Tensor | None]:
+def case_masks(n_q: int, n_k: int) -> dict[str, torch.Tensor | None]:
     """The mask a mistake uses instead of the right one (bottom-right causal: j <= i + Nk - Nq)."""
     i = torch.arange(n_q)[:, None]
     j = torch.arange(n_k)[None, :]
@@ -345,7 +345,7 @@ def _attention_guesses(q, k, v, case: Case, scale: float, explicit_scale: bool) 
     q64, k64, v64 = q.double(), k.double(), v.double()
     n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
     raw = q64 @ k64.transpose(-1, -2)
-    masks = _masks(n_q, n_k)
+    masks = case_masks(n_q, n_k)
     mask = masks["causal"] if case.causal else None
     s = _masked(raw, mask, scale)
     m = s.amax(dim=-1, keepdim=True)
@@ -564,7 +564,7 @@ def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case]
         kwargs = ({"causal": case.causal} if pass_causal else {}) | ({"scale": s} if pass_scale else {})
         args = tuple(t.to(device) for t in (q, kk, v))
         written = Written() if race else None
-        result = _call(exercise, fn, args, kwargs, text, race=race, written=written)
+        result = learner_call(exercise, fn, args, kwargs, text, race=race, written=written)
         out, lse = result, None
         if with_lse:
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
@@ -632,7 +632,7 @@ def _plain_rebuild_grads(q, k, v, o, lse, do, causal: bool, scale: float) -> tup
     return (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, dv
 
 
-def _grads_with(q, k, v, o, lse, do, mask, p_scale: float, grad_scale: float, *, use_lse: bool = True,
+def gradients_with(q, k, v, o, lse, do, mask, p_scale: float, grad_scale: float, *, use_lse: bool = True,
                 delta: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The FlashAttention backward in float64 from the given O and LSE, with the choices a mistake changes:
     the mask, the scale inside P and on dQ/dK, P rebuilt without the LSE, Δ left out."""
@@ -664,15 +664,15 @@ def _backward_hint(result, wanted, args, case: Case, scale: float, wrong: list[s
         return None
     want = dict(zip(("dq", "dk", "dv"), wanted))
     q, k, v, o, lse, do = args
-    masks = _masks(case.n_q, case.n_k)
+    masks = case_masks(case.n_q, case.n_k)
     mask = masks["causal"] if case.causal else None
-    right = _grads_with(*args, mask, scale, scale)
+    right = gradients_with(*args, mask, scale, scale)
 
     def triple(*grads):
         return lambda: dict(zip(("dq", "dk", "dv"), grads))
 
     def recomputed(mask=mask, p_scale=scale, grad_scale=scale, **options):
-        return lambda: dict(zip(("dq", "dk", "dv"), _grads_with(*args, mask, p_scale, grad_scale, **options)))
+        return lambda: dict(zip(("dq", "dk", "dv"), gradients_with(*args, mask, p_scale, grad_scale, **options)))
 
     guesses = [
         _Guess("dS = P ∘ (dP − Δ) with Δ_i = Σ_d dO_id · O_id: the Δ term is missing.", recomputed(delta=False)),
@@ -721,7 +721,7 @@ def check_backward(exercise: str, fn: Callable[..., Any], cases: Iterable[Case],
         do = _random_like(case, tuple(q.shape[:-1]) + (v.shape[-1],), salt=1)
         forward = attention(q, kk, v, case.causal, scale=s)
         args = tuple(t.to(device) for t in (q, kk, v, forward.o.to(case.dtype), forward.lse.float(), do))
-        result = _call(exercise, fn, args, dict(causal=case.causal, scale=s), text, race=race)
+        result = learner_call(exercise, fn, args, dict(causal=case.causal, scale=s), text, race=race)
         if not (isinstance(result, (tuple, list)) and len(result) == 3):
             raise CheckFailed(f"{exercise}: on {text} your function returned {type(result).__name__}; "
                               "expected three gradients (dq, dk, dv).")
@@ -823,7 +823,7 @@ def check_softmax(exercise: str, fn: Callable[..., Any], cases: Iterable[Case], 
         note_progress(text)
         x64 = _scores(case)
         x = x64.to(case.dtype)
-        out = _call(exercise, fn, (x.to(device),), {}, text, race=race)
+        out = learner_call(exercise, fn, (x.to(device),), {}, text, race=race)
         ref = torch.softmax(x.double(), dim=-1)
         budget = attention_budget(ref, torch.softmax(x, dim=-1), case.dtype, k=k)
         lines, bad_rows = _compare(f"{exercise}: wrong answer on {text}", "the softmax", out, ref, budget, case.dtype)
@@ -888,7 +888,7 @@ def check_merge_states(exercise: str, fn: Callable[..., Any], cases: Iterable[Ca
             text = f"the score rows Q·Kᵀ/sqrt(D) of {case.describe()}, split after column {cut} of {n}"
             note_progress(text)
             (m_a, l_a), (m_b, l_b) = _state(x[..., :cut]), _state(x[..., cut:])
-            result = _call(exercise, fn, tuple(t.to(device) for t in (m_a, l_a, m_b, l_b)), {}, text, race=race)
+            result = learner_call(exercise, fn, tuple(t.to(device) for t in (m_a, l_a, m_b, l_b)), {}, text, race=race)
             if not (isinstance(result, (tuple, list)) and len(result) == 2):
                 raise CheckFailed(f"{exercise}: on {text} your function returned {type(result).__name__}; expected (m, l).")
             m, l = (torch.as_tensor(t).detach().cpu().double() for t in result)
@@ -909,7 +909,7 @@ def check_merge_states(exercise: str, fn: Callable[..., Any], cases: Iterable[Ca
             checked += 1
         # Two empty states merge into an empty state, with no NaN.
         empty = (torch.full((3,), float("-inf")), torch.zeros(3))
-        m, l = (torch.as_tensor(t).detach().cpu() for t in _call(exercise, fn, tuple(t.to(device) for t in empty * 2), {},
+        m, l = (torch.as_tensor(t).detach().cpu() for t in learner_call(exercise, fn, tuple(t.to(device) for t in empty * 2), {},
                                                                  "two empty states", race=race))
         if not (bool(torch.isneginf(m).all()) and bool((l == 0).all())):
             message = (f"{exercise}: merging two empty states (m = -inf, l = 0) gave m = {m.tolist()}, l = {l.tolist()}; "
@@ -967,7 +967,7 @@ def check_values(exercise: str, fn: Callable[..., Any], expected: Callable[..., 
     for args in arguments:
         call = ", ".join(f"{name}={value}" for name, value in args.items())
         try:
-            got = _call(exercise, fn, (), dict(args), f"{fn.__name__}({call})")
+            got = learner_call(exercise, fn, (), dict(args), f"{fn.__name__}({call})")
         except CheckFailed:
             if first_wrong is None:
                 raise

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["Footprint", "Watched", "watch"]
+__all__ = ["Footprint", "Watched", "SeenEnough", "watch"]
 
 # Products a tiled loop makes twice per pair of tiles (S = Q Kᵀ and P V), however it is spelled
 # (@, matmul, einsum and bmm all reach one of these).
@@ -45,7 +45,7 @@ class Watched:
     wide_op: str = ""
 
 
-class _Enough(Exception):
+class SeenEnough(Exception):
     """Raised inside the watched call once it has built more than it may: no need to watch the rest."""
 
 
@@ -78,7 +78,7 @@ class Footprint(TorchDispatchMode):
         if ((self.max_elements is not None and self.seen.largest > self.max_elements)
                 or (self.max_products is not None and self.seen.products > self.max_products)
                 or self.seen.fused_attention or self.seen.wide_shape):
-            raise _Enough
+            raise SeenEnough
         return result
 
 
@@ -107,7 +107,7 @@ def watch(fn: Callable[..., Any], *args: Any, max_elements: int | None = None, m
         try:
             with mode:
                 result = fn(*args, **kwargs)
-        except _Enough:
+        except SeenEnough:
             pass
         if python_bytes:
             mode.seen.outside_torch_bytes = max(0, tracemalloc.get_traced_memory()[1] - before)

@@ -25,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 # Bound when this module is imported: in the answer process that is before any answer cell runs.
-from course.grading.footprint import Footprint, _Enough, watch
+from course.grading.footprint import Footprint, SeenEnough, watch
 
 __all__ = ["PROBES", "autograd_probe", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
            "training_probe", "refused_reach", "refuse_reach"]
@@ -163,7 +163,7 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
                 built[1] += len(mode.seen.fused_attention)
         try:
             losses = train_losses(watched, steps=steps, seed=seed)
-        except _Enough:
+        except SeenEnough:
             losses = []
         return losses, tuple(built)
     probe.__name__ = getattr(fn, "__name__", "flash_attention")

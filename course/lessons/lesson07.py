@@ -10,7 +10,7 @@ import torch
 from course import tiers
 from course.errors import CheckFailed
 from course.grading.checks import F16, kernel_options, learner_call, track_step
-from course.grading.engines import Mistake, Report, _grads_with, _masks, check_backward, check_values
+from course.grading.engines import Mistake, Report, gradients_with, case_masks, check_backward, check_values
 from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 from course.models import roofline
@@ -92,7 +92,7 @@ def _uses_what_it_is_given(exercise: str, fn) -> None:
     scale = case.d ** -0.5
     text = f"{case.describe()} with an O and an LSE these inputs did not produce"
     got = learner_call(exercise, fn, (q, k, v, o, lse, do), dict(causal=True, scale=scale), text)
-    want = _grads_with(q, k, v, o, lse, do, _masks(case.n_q, case.n_k)["causal"], scale, scale)
+    want = gradients_with(q, k, v, o, lse, do, case_masks(case.n_q, case.n_k)["causal"], scale, scale)
     recomputed = attention_backward(q, k, v, do, True, scale)
 
     def near(a, b) -> bool:

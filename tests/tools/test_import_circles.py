@@ -139,14 +139,7 @@ KNOWN_LOW_TO_TOOLS = {
     ("course.grading.measured", "course.tools.triton_gate"),
     ("course.tracks.triton_answer", "course.tools.triton_gate"),
 }
-KNOWN_PRIVATE_IMPORTS = {
-    # (module, private name) still imported by lesson code that is moving out of course/exercises.py into
-    # course/lessons/; the names become public with that move.
-    ("course.grading.engines", "_call"),
-    ("course.grading.engines", "_grads_with"),
-    ("course.grading.engines", "_masks"),
-    ("course.grading.footprint", "_Enough"),
-}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()  # (module, private name) imported elsewhere: none left
 
 
 def upward_imports(graph: dict[str, set[str]], lower: tuple[str, ...], upper: str) -> set[tuple[str, str]]:
