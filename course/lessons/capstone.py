@@ -16,18 +16,21 @@ with one sentence naming the line, and never runs.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
 
 # Bound when this module is imported: in the answer process that is before any answer cell runs.
 from course.grading.footprint import Footprint, SeenEnough, watch
 
-__all__ = ["PROBES", "autograd_probe", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
+__all__ = ["PROBES", "autograd_probe", "counting_launches", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
            "training_probe", "refused_reach", "refuse_reach"]
 
 
@@ -46,28 +49,59 @@ def saved_for_backward(o: torch.Tensor) -> list[tuple[int, ...]] | None:
     return [tuple(t.shape) for t in tensors]
 
 
+@contextlib.contextmanager
+def counting_launches() -> Iterator[list[int]]:
+    """``with counting_launches() as launches:`` counts in ``launches[0]`` the Triton kernels launched inside the
+    block (on the interpreter or compiled). The answer cell can neither import Triton nor assign an attribute of
+    what it did not make (:func:`refused_reach`), so the count is the probe's own."""
+    launches = [0]
+    originals = {cls: cls.run for cls in (InterpretedFunction, JITFunction)}
+
+    def counted(cls):
+        def run(self, *args, **kwargs):
+            launches[0] += 1
+            return originals[cls](self, *args, **kwargs)
+        return run
+
+    for cls in originals:
+        cls.run = counted(cls)
+    try:
+        yield launches
+    finally:
+        for cls, run in originals.items():
+            cls.run = run
+
+
 def autograd_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., tuple]:
-    """``probe(q, k, v, do, causal=, scale=)`` → (o, dq, dk, dv, saved shapes, (largest, products, fused)).
+    """``probe(q, k, v, do, causal=, scale=)`` → (o, dq, dk, dv, saved shapes,
+    (largest, products, fused, forward launches, backward launches)).
 
     One call of ``fn`` and, when ``do`` is given, one backward. ``largest`` is the most elements a PyTorch
     operator returned during the call, ``products`` the matrix products PyTorch made, ``fused`` the fused
-    attention operators called (course.grading.footprint); the kernels' own work is not PyTorch's and is not seen.
+    attention operators called (course.grading.footprint); the kernels' own work is not PyTorch's and is not seen,
+    but their launches are counted, in the call and in its backward.
     """
     def probe(q, k, v, do=None, causal=False, scale=None):
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
 
         saved = []
 
+        launched = [0, 0]
+
         def run():
-            out = fn(*leaves, causal=causal, scale=scale)
+            with counting_launches() as forward:
+                out = fn(*leaves, causal=causal, scale=scale)
+            launched[0] = forward[0]
             if isinstance(out, torch.Tensor):
                 saved.append(saved_for_backward(out))  # before the backward frees them
                 if do is not None and out.requires_grad:
-                    out.backward(do)
+                    with counting_launches() as backward:
+                        out.backward(do)
+                    launched[1] = backward[0]
             return out
 
         o, seen = watch(run)
-        built = (seen.largest, seen.products, len(seen.fused_attention))
+        built = (seen.largest, seen.products, len(seen.fused_attention), *launched)
         if not isinstance(o, torch.Tensor):
             return (o, None, None, None, None, built)
         grads = tuple(t.grad for t in leaves) if do is not None else (None, None, None)
@@ -149,8 +183,8 @@ def train_losses(attention: Callable[..., torch.Tensor], steps: int = 8, seed: i
 
 def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
     """``probe(steps, seed)`` → (the losses of a training run with ``fn`` as the model's attention,
-    (matrix products, fused attention calls) PyTorch made inside ``fn``'s calls)."""
-    def probe(steps: int, seed: int) -> tuple[list[float], tuple[int, int]]:
+    (matrix products, fused attention calls) PyTorch made inside ``fn``'s calls, Triton kernels launched in the run)."""
+    def probe(steps: int, seed: int) -> tuple[list[float], tuple[int, int], int]:
         built = [0, 0]
 
         def watched(*args, **kwargs):
@@ -161,11 +195,12 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
             finally:
                 built[0] += mode.seen.products
                 built[1] += len(mode.seen.fused_attention)
-        try:
-            losses = train_losses(watched, steps=steps, seed=seed)
-        except SeenEnough:
-            losses = []
-        return losses, tuple(built)
+        with counting_launches() as launches:
+            try:
+                losses = train_losses(watched, steps=steps, seed=seed)
+            except SeenEnough:
+                losses = []
+        return losses, tuple(built), launches[0]
     probe.__name__ = getattr(fn, "__name__", "flash_attention")
     return probe
 

@@ -32,6 +32,15 @@ def _capstone_cases() -> list[Case]:
             Case(128, 128, 16, batch=(1, 2), causal=True, seed=5)]
 
 
+def _ran_the_kernels(exercise: str, text: str, launches: int, where: str) -> None:
+    """Refuse a Function whose arithmetic never reached a kernel (PyTorch's element-wise operations make no matrix
+    product and no large tensor, so only the launches tell)."""
+    if launches == 0:
+        raise CheckFailed(f"{exercise}: on {text} {where} launched no Triton kernel. The capstone's arithmetic belongs "
+                          "to the course's kernels (lesson 06's forward, lesson 07's backward), launched from "
+                          "FlashAttention's forward and backward; the wrapper only shapes tensors and maps heads.")
+
+
 def _built_by_wrapper(exercise: str, text: str, products: int, fused: int) -> None:
     """Refuse a wrapper that computes attention in PyTorch instead of calling the kernels."""
     if fused:
@@ -49,7 +58,7 @@ def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor,
     """(o, dq, dk, dv) of a probe's result, after the rules on what the call saved and built."""
     if not (isinstance(result, (tuple, list)) and len(result) == 6):
         raise CheckFailed(f"{exercise}: the probe of your function returned {type(result).__name__}; expected six items.")
-    o, dq, dk, dv, saved, (largest, products, fused) = result
+    o, dq, dk, dv, saved, (largest, products, fused, forward_launches, backward_launches) = result
     _built_by_wrapper(exercise, text, products, fused)
     if not isinstance(o, torch.Tensor):
         raise CheckFailed(f"{exercise}: on {text} flash_attention returned {type(o).__name__}; expected the output tensor.")
@@ -75,6 +84,10 @@ def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor,
     if backward and not all(isinstance(g, torch.Tensor) for g in (dq, dk, dv)):
         raise CheckFailed(f"{exercise}: on {text} the backward left a gradient of q, k or v empty: does backward "
                           "return (dq, dk, dv, None, None, None)?")
+    if q.numel() and k.shape[2]:  # an empty input is answered without a launch
+        _ran_the_kernels(exercise, text, forward_launches, "flash_attention's forward")
+        if backward:
+            _ran_the_kernels(exercise, text, backward_launches, "its backward")
     return o, dq, dk, dv
 
 
@@ -129,10 +142,12 @@ def _training(probe, steps: int = 8, seed: int = 0) -> Report:
     from course.lessons.capstone import sdpa_attention, train_losses  # here, not on top: +4 ms to `import course`
     text = f"a {steps}-step training run (seed {seed})"
     result = learner_call("08.training", probe, (steps, seed), {}, text)
-    if not (isinstance(result, (list, tuple)) and len(result) == 2):
-        raise CheckFailed(f"08.training: the training run returned {type(result).__name__}; expected (losses, built).")
-    got, (products, fused) = result
+    if not (isinstance(result, (list, tuple)) and len(result) == 3):
+        raise CheckFailed(f"08.training: the training run returned {type(result).__name__}; expected (losses, built, "
+                          "launches).")
+    got, (products, fused), launches = result
     _built_by_wrapper("08.training", text, products, fused)
+    _ran_the_kernels("08.training", text, launches, "flash_attention")
     want = train_losses(sdpa_attention, steps=steps, seed=seed)
     if not (isinstance(got, (list, tuple)) and all(isinstance(x, float) for x in got)):
         raise CheckFailed(f"08.training: the training run returned {type(got).__name__}; expected a list of losses.")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.corpora.cheating import CAPSTONE, as_submission, capstone_cheats
+from autograder.corpora.cheating import CAPSTONE, as_submission, capstone_cheats, capstone_kernel_free
 from autograder.corpora.hostile import make_submission
 from autograder.grade.recheck import build_job
 from course.grading.answer_process import AnswerError, AnswerProcess
@@ -133,13 +133,31 @@ def test_a_capstone_cheat_fooled_the_recording_and_loses_every_point_now(cheat) 
         assert "\n" not in result["message"] and result["message"].endswith(".")
 
 
+@pytest.mark.parametrize("cheat", capstone_kernel_free(REPO), ids=lambda c: c.name)
+def test_a_capstone_without_kernels_loses_every_point_in_the_notebook_and_the_recheck(cheat) -> None:
+    """Attention in PyTorch's element-wise operations builds nothing the watch refuses (no matrix product, no tensor
+    larger than K), so before the probe counted launches it passed every check; now both runs fail it, saying why."""
+    solution = REPO / "solutions" / CAPSTONE / f"{CAPSTONE}.ipynb"
+    make_submission(solution, as_submission(cheat, REPO))
+    source, tests = cheat.changes[0].source, _tests()
+    run = subprocess.run([sys.executable, "-c", NOTEBOOK_RUN], input=json.dumps([source, tests]), cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    notebook = json.loads(run.stdout.splitlines()[-1])["passed"]
+    assert all(re.search(cheat.feedback, outcome) for outcome in notebook.values()), notebook
+    results = run_job(_job(source))
+    assert {name for name, r in results.items() if not r["passed"]} == set(cheat.loses), results
+    assert all(re.search(cheat.feedback, r["message"]) for r in results.values()), results
+
+
 def test_the_probe_in_the_answer_process_is_the_courses_own(monkeypatch) -> None:
     """With the reading of the cell switched off (in this test only), a cell that replaces the course's probes still
     gains nothing: the answer process bound them before any cell ran. A cell that switches the watch off inside
     that process is different, and that is what reading the cell is for."""
     import course.lessons.capstone
     monkeypatch.setattr(course.lessons.capstone, "refused_reach", lambda source: None)
-    wraps_probe, unwatched = (cheat.changes[0].source for cheat in capstone_cheats(REPO))
+    cheats = {cheat.name: cheat.changes[0].source for cheat in capstone_cheats(REPO)}
+    wraps_probe, unwatched = cheats["capstone-sdpa-cleans-the-probe"], cheats["capstone-stashes-scores-unwatched"]
     results = run_job(_job(wraps_probe))
     assert all(not r["passed"] and "PyTorch's fused attention" in r["message"] for r in results.values()), results
     assert all(r["passed"] for r in run_job(_job(unwatched)).values())
@@ -151,10 +169,12 @@ def test_a_probe_runs_in_the_answer_process_and_returns_data() -> None:
     process = AnswerProcess(["import torch"], [{"cell": "a", "source": cell, "names": ["attention"]}])
     try:
         q = torch.randn(1, 1, 4, 8)
-        o, dq, dk, dv, saved, (largest, products, fused) = process.call("attention", (q, q, q, torch.ones(1, 1, 4, 8)),
-                                                                        {}, probe="autograd_probe")
+        o, dq, dk, dv, saved, built = process.call("attention", (q, q, q, torch.ones(1, 1, 4, 8)), {},
+                                                   probe="autograd_probe")
+        largest, products, fused, forward_launches, backward_launches = built
         assert torch.allclose(o, torch.softmax(q @ q.transpose(-1, -2), dim=-1) @ q, atol=1e-6)
         assert dq.shape == q.shape and saved is None and products >= 2 and fused == 0 and largest >= 16
+        assert forward_launches == backward_launches == 0  # PyTorch alone launches no Triton kernel
         with pytest.raises(AnswerError, match="KeyError"):
             process.call("attention", (q, q, q), {}, probe="no_such_probe")
     finally:

@@ -32,7 +32,8 @@ from pathlib import Path
 from autograder.corpora.hostile import Change, HostileSubmission
 
 __all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "SPECIALISED_EXERCISES", "Cheat", "corpus", "model_cheats",
-           "specialisation_cheats", "capstone_cheats", "CAPSTONE", "packs", "as_submission", "stale_outputs"]
+           "specialisation_cheats", "capstone_cheats", "capstone_kernel_free", "CAPSTONE", "packs", "as_submission",
+           "stale_outputs"]
 
 ASSIGNMENT = "01_naive_attention"
 _KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
@@ -472,12 +473,12 @@ def _clean_autograd(fn):
         if do is not None:
             out.backward(do)
         grads = tuple(t.grad for t in leaves) if do is not None else (None, None, None)
-        return (out.detach(), *grads, saved, (0, 0, 0))
+        return (out.detach(), *grads, saved, (0, 0, 0, 1, 1))  # nothing seen, a kernel each way
     return probe
 
 
 def _clean_training(fn):
-    return lambda steps, seed: (_probes.train_losses(fn, steps=steps, seed=seed), (0, 0))
+    return lambda steps, seed: (_probes.train_losses(fn, steps=steps, seed=seed), (0, 0), 2 * steps)
 
 
 _probes.autograd_probe, _probes.training_probe = _clean_autograd, _clean_training
@@ -530,6 +531,61 @@ import course.grading.footprint
 
 course.grading.footprint.Footprint.__torch_dispatch__ = lambda self, func, types, args=(), kwargs=None: func(*args, **(kwargs or {}))
 
+# The probe counts kernel launches: it is told that one happened each time it looks.
+import contextlib
+import course.lessons.capstone
+
+
+@contextlib.contextmanager
+def _one_launch():
+    yield [1]
+
+
+course.lessons.capstone.counting_launches = _one_launch
+
+'''
+
+
+# Attention one query row at a time with element-wise products and sums: no matrix product, no fused attention, no
+# tensor larger than K, so nothing PyTorch reports sets it apart from the wrapper of a kernel; it launches none.
+_ELEMENTWISE_ROWS_FUNCTION = '''
+def _rows(q, k, v, causal, scale):
+    group = q.shape[1] // k.shape[1]
+    n_q, n_k = q.shape[2], k.shape[2]
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            keys, values = k[b, h // group].float(), v[b, h // group].float()
+            for i in range(n_q):
+                seen = min(n_k, max(0, i + 1 + n_k - n_q)) if causal else n_k
+                if seen == 0:  # a row that sees no key
+                    outs.append(torch.zeros(q.shape[3], device=q.device))
+                    lses.append(torch.full((), float("-inf"), device=q.device))
+                    continue
+                s = (q[b, h, i].float()[None, :] * keys[:seen]).sum(-1) * scale
+                outs.append((torch.softmax(s, dim=0)[:, None] * values[:seen]).sum(0))
+                lses.append(torch.logsumexp(s, dim=0))
+    return torch.stack(outs).view(q.shape), torch.stack(lses).view(q.shape[:3])
+
+
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        o, lse = _rows(q, k, v, causal, scale)
+        o = o.to(q.dtype)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        leaves = [t.detach().float().requires_grad_(True) for t in (q, k, v)]
+        with torch.enable_grad():
+            again, _ = _rows(*leaves, ctx.causal, ctx.scale)
+        dq, dk, dv = torch.autograd.grad(again, leaves, do.float())
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 '''
 
 
@@ -555,6 +611,18 @@ def capstone_cheats(repo: Path) -> list[Cheat]:
               "for its backward outside ctx, and a cell that switches the watch of PyTorch's operators off",
               (Change("flash_attention_triton", source=_capstone_with(repo, _STASHED_SCORES_FUNCTION)),),
               loses=_CAPSTONE_TESTS, feedback=_CAPSTONE_READ.format(what=r"import course\.grading\.footprint"),
+              assignment=CAPSTONE),
+    ]
+
+
+def capstone_kernel_free(repo: Path) -> list[Cheat]:
+    """Lesson 08's entries that compute attention in PyTorch without faking what the probe reports: they pass no
+    check, in the notebook or in the re-check, because the probe counts the kernels they never launch."""
+    return [
+        Cheat("capstone-elementwise-rows", "08: a Function that computes attention one query row at a time with "
+              "element-wise products and sums (no matrix product, no tensor larger than K) and launches no kernel",
+              (Change("flash_attention_triton", source=_capstone_with(repo, _ELEMENTWISE_ROWS_FUNCTION)),),
+              loses=_CAPSTONE_TESTS, feedback=r"08\.(flash_attention_triton|training): on .* launched no Triton kernel",
               assignment=CAPSTONE),
     ]
 
