@@ -120,11 +120,14 @@ def test_the_learners_lab_has_no_nbgrader_and_runs_a_student_notebook(learner_la
         assert "import course" in "".join(cells[setup]["source"])
         page.locator(".jp-Notebook .jp-Cell").nth(setup).locator(".cm-content").click()
         page.keyboard.press("Shift+Enter")  # as a learner runs one cell
+        # Done means what the learner sees: a numbered prompt on the page. The model's outputs and the
+        # kernel's status can both be ready while the page still draws "[*]:" (a loaded machine lags).
         page.wait_for_function(
             """([name, i]) => { const p = Array.from(window.jupyterapp.shell.widgets('main'))
                  .find(w => w.context?.path === name);
+               const prompt = p.content.widgets[i].node.querySelector('.jp-InputPrompt');
                return (p.content.model.cells.get(i).toJSON().outputs || []).length > 0
-                 && p.sessionContext.session.kernel.status === 'idle'; }""",
+                 && /^\\[\\d+\\]:$/.test((prompt?.textContent || '').trim()); }""",
             arg=[NOTEBOOK, setup], timeout=120_000)
         cell = read_cells(page, NOTEBOOK)[setup]
         assert cell.executed and not cell.problems, cell.describe()
