@@ -53,7 +53,7 @@ def stop_group(process: subprocess.Popen) -> None:
 
     The group is stopped first, so that nothing in it starts another process while the family is listed;
     a process below it in another session (a kernel) is found by descent. The same as
-    ``course.grading.processes.stop_group``, kept here so that nbgrader's processes, which import this package
+    ``course.tracks.processes.stop_group``, kept here so that nbgrader's processes, which import this package
     through their configuration, need not import the course (and PyTorch) for it."""
     try:
         os.killpg(process.pid, signal.SIGSTOP)

@@ -5,8 +5,7 @@
 - measuring how a kernel works, not only what it returns: ``counters`` (memory traffic, barriers, matrix
   operations), ``measured`` (tiles visited, stages, pipelining), ``footprint`` (what a PyTorch answer builds),
   ``racecheck`` (races on Triton's interpreter);
-- running a learner's code apart from the checks: ``isolation`` (kernel checks in a child process),
-  ``processes``;
+- running a learner's code apart from the checks: ``isolation`` (kernel checks in a child process);
 - the grader's re-check: ``recheck`` runs each test cell again in a fresh process, ``answer_process`` runs the
   learner's Python answers in a child it calls through a pipe, ``recording`` is the data both speak.
 """

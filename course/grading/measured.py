@@ -54,6 +54,7 @@ import torch
 from course.models import causal
 from course.errors import CheckFailed
 from course.inputs import Case
+from course.tracks import triton_compile
 
 __all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "MATRIX_PROBES", "PIPELINE_PROBES", "causal_tiles_triton",
            "backward_tiles_triton", "causal_tiles_simt", "matrix_units_triton", "matrix_units_simt",
@@ -163,11 +164,12 @@ class _selects_recorded:
 
         def select(builder, cond, lhs, rhs):
             result = self.saved(builder, cond, lhs, rhs)
-            if racecheck._active:
-                launch = racecheck._active[-1]
+            running = racecheck.running_program()
+            if running is not None:
+                launch, program = running
                 if not hasattr(launch, "selects"):
                     launch.selects = []
-                launch.selects.append((racecheck._program()[0], len(launch.ops), tuple(np.shape(result.data))))
+                launch.selects.append((program, len(launch.ops), tuple(np.shape(result.data))))
             return result
         self.cls.create_select = select
         return self
@@ -1009,36 +1011,25 @@ def _pipeline_worker() -> None:
     import tempfile
     from pathlib import Path
 
-    from course.tools import triton_gate as gate
     request = json.loads(sys.stdin.read())
     path, stem = Path(request["path"]), request["stem"]
     answer: dict[str, Any] = {"kernels": []}
-    try:
-        api = gate._triton_api()
-    except gate._Unsupported as exc:
-        print(json.dumps({"limit": str(exc)}))
-        return
-    compiled: list = []
-    compile_ = api.compile
-
-    def keep(*args, **kwargs):
-        result = compile_(*args, **kwargs)
-        compiled.append(result)
-        return result
-    api.compile = keep
     with tempfile.TemporaryDirectory(prefix="course-pipeline-") as folder:
         if path.stem != stem:  # the gate finds a lesson's file by its name
             os.symlink(path, Path(folder) / f"{stem}.py")
             path = Path(folder) / f"{stem}.py"
-        matrix = gate.Matrix(lessons=(stem,), dtypes=("fp16",), head_dims=(64,), head_dims_by_dtype=(),
-                             causal=(False,), targets=(_PIPELINE_TARGET,))
-        launches, errors = gate._capture(matrix, path.parent)
-        groups, more = gate._groups(launches, matrix)
-        results = [r for group in groups for r in gate._run_group(group)]
-    answer["failed"] = [r.error for r in errors + more + results if not r.ok]
-    for result, kernel in zip(results, compiled):
-        answer["kernels"].append({"name": result.kernel, "config": result.config,
-                                  "loops": pipelined_loads(kernel.asm["ttgir"])})
+        matrix = triton_compile.Matrix(lessons=(stem,), dtypes=("fp16",), head_dims=(64,), head_dims_by_dtype=(),
+                                       causal=(False,), targets=(_PIPELINE_TARGET,))
+        try:
+            compiled = triton_compile.compile_in_process(matrix, path.parent)
+        except triton_compile.Unsupported as exc:
+            print(json.dumps({"limit": str(exc)}))
+            return
+    answer["failed"] = [r.error for r, _ in compiled if not r.ok]
+    for result, kernel in compiled:
+        if kernel is not None:
+            answer["kernels"].append({"name": result.kernel, "config": result.config,
+                                      "loops": pipelined_loads(kernel.asm["ttgir"])})
     print(json.dumps(answer))
 
 

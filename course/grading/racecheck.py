@@ -50,7 +50,8 @@ import numpy as np
 
 from course.errors import CourseError
 
-__all__ = ["OutOfBounds", "RaceError", "Unwritten", "Written", "interpreter_checks", "racecheck", "launch_source"]
+__all__ = ["OutOfBounds", "RaceError", "Unwritten", "Written", "interpreter_checks", "racecheck", "launch_source",
+           "running_program"]
 
 
 class RaceError(CourseError):
@@ -173,6 +174,14 @@ def _program() -> tuple[tuple[int, int, int], int]:
     builder = interpreter.interpreter_builder
     program = tuple(int(i) for i in builder.grid_idx)
     return program, program[0] + builder.grid_dim[0] * (program[1] + builder.grid_dim[1] * program[2])
+
+
+def running_program() -> tuple[_Launch, tuple[int, int, int]] | None:
+    """Inside interpreter_checks, while a launch runs on the interpreter: its record and the program (block
+    index) running now; None anywhere else."""
+    if not _active:
+        return None
+    return _active[-1], _program()[0]
 
 
 def _record(kind: str, ptrs, mask) -> None:

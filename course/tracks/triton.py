@@ -6,7 +6,7 @@ row of it into the callable the exercise grades.
 
 Launch configurations. Every kernel file names a *check config*: ``check_config(head_dim, dtype)``, the
 block sizes, warps and pipeline stages a launch uses unless told otherwise. Checks, tests, notebooks and
-the interpreter run it, and the compile gate (:mod:`course.tools.triton_gate`) compiles it, so what is
+the interpreter run it, and the compile gate (:mod:`course.tracks.triton_compile`) compiles it, so what is
 compiled is what runs. Lessons 04-06 also carry an autotune list; an autotuner compiles every config of
 its list and *times* them on the first call of each shape, which is a benchmark's job, never a check's:
 a check grades correctness in seconds. The wrappers autotune only inside :func:`autotune` (the

@@ -20,6 +20,7 @@ PyTorch or NumPy would pass there although no GPU compiler accepts it.
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import hashlib
 import os
@@ -32,6 +33,7 @@ from course.errors import CheckFailed
 from course.kernels import kernel_path
 from course.solution_regions import BEGIN_SOLUTION, REMOVED_FOR_GRADING
 from course.tracks.table import KernelExercise
+from course.tracks.triton_compile import CompileServer, Matrix, Unencodable, launch_request
 
 __all__ = ["LearnerKernels", "learner_kernels", "graded_function", "gate", "is_course_wrapped", "compile_server"]
 
@@ -357,7 +359,6 @@ class _Specialisations:
         """Compile this launch's specialisation unless done already; CheckFailed when the compiler refuses it."""
         if kernel in self.skipped:
             return  # the course's stand-in for a kernel the cell leaves out: it raises when run
-        from course.tools.triton_gate import Unencodable, launch_request
         try:
             request, key = launch_request(self.path, kernel, args, kwargs)
         except Unencodable as exc:
@@ -425,9 +426,7 @@ def _watch_launches(module: Any) -> None:
 
 @functools.lru_cache(maxsize=1)
 def compile_server():
-    """One compile server per process, stopped when the process ends (course.tools.triton_gate)."""
-    import atexit
-    from course.tools.triton_gate import CompileServer
+    """One compile server per process, stopped when the process ends (course.tracks.triton_compile)."""
     server = CompileServer()
     atexit.register(server.close)
     return server
@@ -435,7 +434,6 @@ def compile_server():
 
 @functools.lru_cache(maxsize=64)
 def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
-    from course.tools.triton_gate import Matrix
     matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
                     head_dims_by_dtype=(), causal=(False,), targets=(_GATE_TARGET,))
     report = compile_server().gate(matrix, Path(path).parent, timeout=300)

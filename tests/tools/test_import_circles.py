@@ -4,7 +4,8 @@ Imports inside functions count as much as those at the top of a file: a lazy imp
 Python, not from a reader, who still has to hold both modules in mind to follow either.
 
 The layers hold too: the course never imports the grader, the course's lower layers (tracks, the SIMT runtime,
-models, grading) never import its tools, and no module imports another's private (underscore) name.
+models, grading) never import its tools, and no module uses another's private (underscore) name, whether it
+imports the name or reads it off the module (``from x import _name`` and ``x._name`` alike).
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
     return found
 
 
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, a relative one resolved against ``package``."""
+    base = node.module or ""
+    if node.level:
+        above = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(above + ([base] if base else []))
+    return base
+
+
 def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     """Module -> the modules of ``packages`` it imports anywhere in its file (a package's ``__init__`` and
     the modules above a module, which Python loads first anyway, are left out)."""
@@ -47,10 +57,7 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets |= {known(alias.name) for alias in node.names}
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    above = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(above + ([base] if base else []))
+                base = _absolute(node, package)
                 # `from course import tiers` imports the module course.tiers; `from course.x import name`, course.x
                 targets |= {known(f"{base}.{alias.name}") if f"{base}.{alias.name}" in files else known(base)
                             for alias in node.names}
@@ -130,16 +137,10 @@ def test_the_scan_sees_a_circle_hidden_in_a_function(tmp_path):
 
 LOW_LAYERS = ("course.tracks", "course.simt", "course.models", "course.grading")
 
-# Imports that break a rule below today, each with why it is still there. An entry that no longer happens fails
-# the test too, so the list only shrinks.
-KNOWN_LOW_TO_TOOLS = {
-    # The Triton compile gate serves the checks (a learner's kernel is compiled for an NVIDIA target) as much as
-    # CI; its home is course/tracks/, but `python -m course.tools.triton_gate` is quoted in kernels/triton/07_backward.py
-    # and so in the lesson 07 notebooks, which a move would change.
-    ("course.grading.measured", "course.tools.triton_gate"),
-    ("course.tracks.triton_answer", "course.tools.triton_gate"),
-}
-KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()  # (module, private name) imported elsewhere: none left
+# Imports that break a rule below, each with why it is still there (none today). An entry that no longer happens
+# fails the test too, so the lists only shrink.
+KNOWN_LOW_TO_TOOLS: set[tuple[str, str]] = set()  # (module of a lower layer, the course/tools module it imports)
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()  # (module, private name) used elsewhere
 
 
 def upward_imports(graph: dict[str, set[str]], lower: tuple[str, ...], upper: str) -> set[tuple[str, str]]:
@@ -151,24 +152,57 @@ def upward_imports(graph: dict[str, set[str]], lower: tuple[str, ...], upper: st
             for target in targets if under(target, upper)}
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of names and attributes, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id] + parts[::-1])
+
+
 def private_imports(root: Path, packages: tuple[str, ...]) -> set[tuple[str, str, str]]:
-    """(module, the module it imports from, name) for every ``from x import _name`` between modules of
-    ``packages``, relative imports and imports inside functions included."""
+    """(module, the other module, name) for every private name of a module of ``packages`` that another one
+    uses: imported (``from x import _name``) or read off the module (``x._name``, ``alias._name``,
+    ``course.x._name``, whatever name the module was imported under), relative imports and imports inside
+    functions included."""
     files = module_files(root, packages)
     found = set()
     for module, path in files.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.ImportFrom):
+        tree = ast.parse(path.read_text(), str(path))
+        bound: dict[str, str] = {}  # a name this file binds to a module of `packages` -> that module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in packages:
+                        # `import a.b as c` binds c to a.b; `import a.b` binds a to the package a
+                        bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(node, package)
+                if base.split(".")[0] not in packages:
+                    continue
+                for alias in node.names:
+                    if _private(alias.name):
+                        found.add((module, base, alias.name))
+                    elif f"{base}.{alias.name}" in files:  # `from course import tiers`: a module
+                        bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
                 continue
-            base = node.module or ""
-            if node.level:
-                above = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(above + ([base] if base else []))
-            if base.split(".")[0] not in packages:
+            chain = _dotted(node.value)
+            if chain is None or chain.split(".")[0] not in bound:
                 continue
-            found |= {(module, base, alias.name) for alias in node.names
-                      if alias.name.startswith("_") and not alias.name.startswith("__")}
+            head, _, rest = chain.partition(".")
+            target = ".".join([bound[head]] + ([rest] if rest else []))
+            if target in files and target != module:
+                found.add((module, target, node.attr))
     return found
 
 
@@ -193,9 +227,9 @@ def test_the_lower_layers_of_the_course_do_not_import_its_tools():
 def test_no_private_name_is_imported_from_another_module():
     found = private_imports(REPO, PACKAGES)
     new = sorted(entry for entry in found if entry[1:] not in KNOWN_PRIVATE_IMPORTS)
-    assert not new, ("a private name imported from another module (make it public or move the code): "
-                     + "; ".join(f"{module} imports {name} from {source}" for module, source, name in new))
-    _rule_holds({entry[1:] for entry in found}, KNOWN_PRIVATE_IMPORTS, "a private name imported")
+    assert not new, ("a private name of another module used (make it public or move the code): "
+                     + "; ".join(f"{module} uses {name} of {source}" for module, source, name in new))
+    _rule_holds({entry[1:] for entry in found}, KNOWN_PRIVATE_IMPORTS, "a private name of another module used")
 
 
 def test_the_layer_rules_see_what_they_forbid(tmp_path):
@@ -220,3 +254,27 @@ def test_the_layer_rules_see_what_they_forbid(tmp_path):
         _rule_holds(upward_imports(graph, LOW_LAYERS, "course.tools"), {("course.simt.kernel", "course.tools.run")}, "")
     with pytest.raises(AssertionError, match="remove it from this test's list"):
         _rule_holds(set(), {("course.gone", "course.low", "_x")}, "private")
+
+
+def test_the_scan_sees_a_private_name_read_off_a_module(tmp_path):
+    """A private name read as an attribute of another module counts as much as one imported from it, under
+    whatever name the module was imported, inside a function or not; the module's own names and those of
+    objects that are not modules do not count."""
+    for name, text in {
+        "__init__.py": "",
+        "low.py": "_hidden = 1\n_other = 2\n\n\ndef _f():\n    pass\n",
+        "grading/__init__.py": "",
+        "grading/user.py": ("import os\nimport course.low\nimport course.low as short\nfrom course import low as lower\n\n\n"
+                            "def f(thing):\n    from .. import low\n"
+                            "    return lower._hidden, course.low._other, short._f, low._hidden, low.__doc__, "
+                            "thing._hidden, os._exit\n"),
+        "itself.py": "import course.itself as me\n_x = 1\ny = me._x\n",
+        "plain.py": "from course.low import f\n",
+    }.items():
+        (tmp_path / "course" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "course" / name).write_text(text)
+    found = private_imports(tmp_path, ("course",))
+    assert found == {("course.grading.user", "course.low", "_hidden"), ("course.grading.user", "course.low", "_other"),
+                     ("course.grading.user", "course.low", "_f")}
+    with pytest.raises(AssertionError, match="course.low _hidden"):
+        _rule_holds({entry[1:] for entry in found}, KNOWN_PRIVATE_IMPORTS, "a private name of another module used")

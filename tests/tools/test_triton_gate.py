@@ -1,6 +1,6 @@
-"""The real-compiler gate (course.tools.triton_gate): every Triton kernel of the track compiles for
-sm_80 and sm_90, and the gate catches kernels that the CPU interpreter runs happily but the
-compiler rejects."""
+"""The real-compiler gate (course.tools.triton_gate, which compiles with course.tracks.triton_compile): every
+Triton kernel of the track compiles for sm_80 and sm_90, and the gate catches kernels that the CPU interpreter
+runs happily but the compiler rejects."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import course
-from course.tools import triton_gate as triton_aot
-from course.tools.triton_gate import Matrix, run_gate
+from course.tools import triton_gate
+from course.tracks import triton_compile as triton_aot
+from course.tracks.triton_compile import Matrix, run_gate
 
 KERNELS = Path(triton_aot.KERNEL_DIR)
 
@@ -126,7 +127,7 @@ def test_gate_rejects_kernel_the_interpreter_accepts(name, tmp_path, capsys):
 
     # 2. The compiler rejects it, and the gate says which kernel, where and why, and exits nonzero.
     results = tmp_path / "results.json"
-    code = triton_aot.main(["--lessons", case["lesson"], "--dtypes", "fp16", "--head-dims", str(case["head_dim"]),
+    code = triton_gate.main(["--lessons", case["lesson"], "--dtypes", "fp16", "--head-dims", str(case["head_dim"]),
                             "--targets", "80", "90", "--kernels-dir", str(folder), "--jobs", "1", "--json", str(results)])
     out = capsys.readouterr().out
     assert code == 1, out
@@ -148,7 +149,7 @@ def test_unbroken_kernel_passes_the_same_gate(tmp_path):
 def test_compile_server_answers_like_the_gate_and_outlives_a_noisy_or_broken_file(tmp_path):
     """The server the learners' checks use (CompileServer): the same verdicts as run_gate, one request after
     another; a kernel file that prints cannot corrupt its answers; a stopped server is started again."""
-    from course.tools.triton_gate import CompileServer
+    from course.tracks.triton_compile import CompileServer
     case = BROKEN["loop_carried_type_change"]
     (tmp_path / "broken").mkdir()
     broken = _break(tmp_path / "broken", case)
@@ -202,7 +203,7 @@ def test_a_learners_correct_kernel_passes_its_check_through_the_gate(tmp_path):
 
 def test_what_the_gate_cannot_do_is_one_sentence_and_fails_no_kernel():
     """A compile the gate could not do on this Triton (a missing internal) is reported, not failed."""
-    from course.tools.triton_gate import GateReport, Result
+    from course.tracks.triton_compile import GateReport, Result
     limit = ("The compile gate cannot drive Triton 9.9 (triton.compiler.ASTSource is missing; the course is tested "
              "with Triton 3.6 to 3.9), so the kernels were not compiled for a GPU here and only Triton's interpreter "
              "checked them.")
@@ -214,6 +215,15 @@ def test_what_the_gate_cannot_do_is_one_sentence_and_fails_no_kernel():
 
 
 def test_a_missing_kernel_folder_is_one_sentence(tmp_path, capsys):
-    assert triton_aot.main(["--kernels-dir", str(tmp_path / "nowhere")]) == 2
+    assert triton_gate.main(["--kernels-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"no folder of Triton kernel files at {tmp_path / 'nowhere'}") and "\n" not in err
+
+
+def test_the_compile_workers_program_started_by_hand_is_one_sentence(capsys):
+    """``python -m course.tracks.triton_compile`` is what the gate starts (--serve, --worker); started any other way
+    it says, in one sentence, what to run instead."""
+    assert triton_aot._child([]) == 2
+    assert triton_aot._child(["--worker", "0/1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("python -m course.tools.triton_gate" in line for line in err)

@@ -55,9 +55,9 @@ def test_the_declared_range_is_the_tested_range():
     this environment's Triton (the newest tested, where the suite runs) lies in it."""
     import triton
     from course import tiers
-    from course.tools import triton_gate
+    from course.tracks import triton_compile
     low, high = tiers.TESTED_TRITON
-    assert lowest_supported() == f"{low[0]}.{low[1]}" == triton_gate.TESTED_TRITON[0]
+    assert lowest_supported() == f"{low[0]}.{low[1]}" == triton_compile.TESTED_TRITON[0]
     assert low <= tiers._minor(triton.__version__) <= high, triton.__version__
 
 
@@ -92,7 +92,7 @@ def test_every_triton_kernel_compiles_under_the_lowest_triton(low_python, tmp_pa
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     rows = json.loads(results.read_text())
     compiled = {(r["lesson"], r["kernel"]) for r in rows if r["ok"] and r["compiled"] and not r["limit"]}
-    from course.tools.triton_gate import LESSONS
+    from course.tracks.triton_compile import LESSONS
     assert {lesson for lesson, _ in compiled} == set(LESSONS), out.stdout[-3000:]
     assert len(compiled) >= 10, sorted(compiled)  # every kernel of lessons 01-07 (08 launches those of 06 and 07)
 

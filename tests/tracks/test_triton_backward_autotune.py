@@ -156,7 +156,7 @@ def test_the_capstone_autotunes_its_backward_inside_a_benchmark(trials):
 def test_every_tuning_config_compiles_for_sm90_without_spills():
     """The compile gate on the launches a benchmark makes (fp16, D 64 and 128, causal, with and without grouped
     heads, atomic and split dQ): every config of the tuning lists compiles for sm_90, and none spills."""
-    from course.tools.triton_gate import Matrix, run_gate
+    from course.tracks.triton_compile import Matrix, run_gate
     report = run_gate(Matrix(lessons=("07_backward",), dtypes=("fp16",), head_dims=(64, 128), causal=(True,),
                              targets=(90,), gqa=True, tuned=True, all_configs=True))
     assert report.ok, report.summary() + "\n\n" + report.errors()

@@ -122,7 +122,7 @@ def test_a_forked_check_asks_its_parents_compile_server(capsys):
     """An isolated check runs in a forked child: it must see the parent's server as running (a child cannot wait
     for its parent's child, so asking poll() would call it gone and start a second server), and an answer that
     a stopped asker left behind is never taken for the next question's."""
-    from course.tools.triton_gate import CompileServer, launch_request
+    from course.tracks.triton_compile import CompileServer, launch_request
     row = table.exercise("03.tiled_triton")
     server = CompileServer()
     try:
