@@ -286,7 +286,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         report.seconds = time.perf_counter() - started  # on a GPU a check must answer in seconds: show it
     print(report)
     if chosen.takes == "kernel module":  # on a GPU machine, the same kernel on the GPU: a line, never points
-        from course.tracks.cuda_gpu import gpu_note  # here, not on top: +10 ms to `import course`
+        from course.grading.gpu_leg import gpu_note  # here, not on top: +10 ms to `import course`
         if note := gpu_note(exercise, candidate):
             print(note)
     if measured_with is not None:

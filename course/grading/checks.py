@@ -14,10 +14,16 @@ from course import tiers
 from course.grading.engines import Report, check_attention, learner_call
 from course.grading.recording import autograding
 from course.inputs import Case
-from course.tracks import table
 
-__all__ = ["F16", "forward_cases", "kernel_options", "learner_call", "naive_simt", "row_kernel", "row_kernel_cases",
-           "tiled", "track_step"]
+__all__ = ["F16", "check_explicit_scale", "forward_cases", "kernel_options", "learner_call", "naive_simt", "row_kernel",
+           "row_kernel_cases", "tiled", "track_step"]
+
+
+def check_explicit_scale(exercise: str, fn, case: Case, scale: float, **options) -> Report:
+    """The follow-up of an attention check: ``case`` once more with ``scale=`` passed to ``fn``, a scale that is not
+    1/sqrt(D), so that a function that ignores the scale it is given, or always uses its own, fails here.
+    ``options`` go to ``check_attention`` (tier, device, with_lse ...)."""
+    return check_attention(exercise, fn, [case], scale=scale, pass_scale=True, **options)
 
 
 def row_kernel_cases() -> list[Case]:
@@ -34,7 +40,7 @@ def row_kernel(exercise: str, more: tuple[Case, ...] = ()):
         cases = list(cases) if cases is not None else row_kernel_cases() + list(more)
         where = kernel_options()
         report = check_attention(exercise, fn, cases, **where)
-        check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, **where)
+        check_explicit_scale(exercise, fn, Case(9, 12, 16, seed=5), 0.3, **where)
         return report
     return run
 
@@ -44,32 +50,32 @@ def naive_simt(exercise: str):
     runtime with memcheck, racecheck and a random schedule (``module`` is the RawModule a ``%%cuda`` /
     ``%%metal`` cell made)."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
+        from course.grading import kernel_steps  # here, not on top: +6 ms to `import course` (the launchers)
         from course.tracks import cuda  # here, not on top: +6 ms to `import course`
         fn = cuda.attention_function(module, exercise, **cuda.GRADING_LAUNCH)
         if cases is None:
             cases = [Case(1, 1, 16), Case(17, 17, 16, kind="peaky", seed=1), Case(65, 65, 64, seed=2),
                      Case(33, 33, 128, kind="peaky", seed=3), Case(5, 40, 32, seed=4), Case(70, 6, 16, seed=6),
                      Case(24, 24, 32, kind="constant_rows", seed=7)]
-        tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
+        tier = kernel_steps.CHECKED_TIER
         report = check_attention(exercise, fn, cases, tier=tier)
-        check_attention(exercise, fn, [Case(9, 12, 16, seed=5)], scale=0.3, pass_scale=True, tier=tier)
+        check_explicit_scale(exercise, fn, Case(9, 12, 16, seed=5), 0.3, tier=tier)
         return report
     return run
 
 
 def track_step(exercise: str):
-    """A step of the CUDA C or Metal track on the CPU SIMT runtime (the track's ``check_step``): its own
+    """A step of the CUDA C or Metal track on the CPU SIMT runtime (``kernel_steps.check_step``): its own
     cases, or the given ones under memcheck + racecheck and a random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
         from course.grading import measured  # here, not on top: +12 ms to `import course`
-        from course.tracks import cuda, metal  # here, not on top: +6 ms to `import course`
-        track = metal if table.exercise(exercise).track == "metal" else cuda
+        from course.grading import kernel_steps  # here, not on top: +6 ms to `import course` (the launchers)
         if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
             measured.causal_tiles_simt(exercise, module)
         if cases is None:
-            report = track.check_step(exercise, module)
+            report = kernel_steps.check_step(exercise, module)
         else:
-            report = track.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
+            report = kernel_steps.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
         measured.simt_step_techniques(exercise, module)  # lessons 04 and 05: the technique, measured
         return report
     return run
@@ -98,7 +104,7 @@ def forward_cases(dtype_mix: tuple[torch.dtype, torch.dtype] = (torch.float32, F
 def tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.float32, F16)) -> Report:
     cases = list(cases) if cases is not None else forward_cases(dtype_mix)
     report = check_attention(exercise, fn, cases, with_lse=True, **kernel_options())
-    check_attention(exercise, fn, [Case(9, 40, 32, seed=9)], scale=0.3, pass_scale=True, with_lse=True, **kernel_options())
+    check_explicit_scale(exercise, fn, Case(9, 40, 32, seed=9), 0.3, with_lse=True, **kernel_options())
     from course.grading import measured  # here, not on top: +12 ms to `import course`
     if exercise == "05.mma_triton":  # the lesson's technique, measured: both products on tl.dot, 16-bit operands
         measured.matrix_units_triton(exercise, fn)

@@ -7,7 +7,7 @@ from typing import Iterable
 
 import torch
 
-from course.grading.checks import naive_simt, row_kernel
+from course.grading.checks import check_explicit_scale, naive_simt, row_kernel
 from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.grading.exercise import Exercise, ladder
 from course.inputs import Case, standard_cases
@@ -24,7 +24,7 @@ def _attention_torch(fn, cases: Iterable[Case] | None = None) -> Report:
     cases = list(cases) if cases is not None else _lesson01_cases() + [Case(33, 33, 32, kind="constant_rows", seed=7)]
     report = check_attention("01.attention_torch", fn, cases)
     # The same function must honour an explicit scale too.
-    check_attention("01.attention_torch", fn, [Case(17, 20, 32, seed=11)], scale=0.5, pass_scale=True)
+    check_explicit_scale("01.attention_torch", fn, Case(17, 20, 32, seed=11), 0.5)
     return report
 
 

@@ -19,8 +19,8 @@ and memcheck reports any disagreement as an out-of-bounds access of shared memor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -36,8 +36,7 @@ from course.tracks.table import KernelExercise
 
 __all__ = ["Step", "STEPS", "Tiles", "LaunchConfig", "module_for", "attention_function", "naive_attention",
            "forward", "forward_config", "shared_memory_bytes", "check_shared_memory", "blocks_for",
-           "kernel_tensors", "step_for_module", "GRADING_TILES", "grading_cases",
-           "check_step", "GRADING_LAUNCH", "MAX_HEAD_DIM", "WARP",
+           "kernel_tensors", "step_for_module", "GRADING_LAUNCH", "MAX_HEAD_DIM", "WARP",
            "SHARED_MEMORY_LIMIT"]
 
 MAX_HEAD_DIM = 128
@@ -297,66 +296,6 @@ def attention_function(module: RawModule, exercise: str | None = None, tiles: Ti
         return lambda q, k, v, causal=False, scale=None: forward(exercise, module, q, k, v, scale, causal, tiles,
                                                                  **launch)
     return lambda q, k, v, scale=None: forward(exercise, module, q, k, v, scale, False, tiles, **launch)
-
-
-# ------------------------------------------------------------------------------------------------
-# Grading a step
-# ------------------------------------------------------------------------------------------------
-
-# Tiles for the checked launches: small, so that small cases (fast under memcheck + racecheck)
-# still cross several K/V tiles, a ragged last tile and, for step 06, a diagonal that spans tiles.
-# The one-thread-per-row steps (layout "naive") have no tiles.
-GRADING_TILES: dict[str, Tiles] = {
-    "02.online_softmax_cuda": Tiles(block_m=2),
-    "03.tiled_cuda": Tiles(block_m=4, block_n=32),
-    "04.double_buffer_cuda": Tiles(block_m=4, block_n=32),
-    "05.mma_cuda": Tiles(block_m=32, block_n=16),
-    "06.causal_cuda": Tiles(block_m=32, block_n=16),
-}
-
-
-def grading_cases(exercise: str) -> tuple[list, list]:
-    """(cases for the checked launch with GRADING_TILES, larger cases for a plain launch with the default tiles).
-
-    Lengths are not multiples of any tile (1, 17, 33, 65, 129); head dims go from 16 to 128 and include
-    one that is not a power of two; Nq != Nk both ways; peaky and constant rows; causal for step 06.
-    """
-    from course.inputs import Case
-
-    step = STEPS[exercise]
-    dt = torch.float16 if step.half_inputs else torch.float32
-    odd_d = {1: 40, 4: 20, 16: 48}[step.d_multiple]  # a head dim that is not a power of two
-    checked = [Case(1, 1, 16, dtype=dt, seed=1), Case(17, 17, 32, kind="peaky", dtype=dt, seed=2),
-               Case(33, 20, odd_d, dtype=dt, seed=3), Case(20, 40, 16, kind="constant_rows", dtype=dt, seed=4)]
-    plain = [Case(65, 65, 64, dtype=dt, seed=5), Case(129, 129, 128, kind="peaky", dtype=dt, seed=6),
-             Case(17, 129, odd_d, dtype=dt, seed=7), Case(129, 65, 32, dtype=dt, seed=8)]
-    if step.causal:
-        checked += [replace(c, causal=True, seed=c.seed + 20) for c in checked]
-        plain += [replace(c, causal=True, seed=c.seed + 20) for c in plain]
-    return checked, plain
-
-
-def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | None = None,
-               plain_cases: Sequence | None = None, tiles: Tiles | None = None):
-    """Grade ``module`` as step ``exercise``: small cases under GRADING_LAUNCH with GRADING_TILES, then
-    larger ones in a plain launch with the step's default tiles; O (and LSE where the step writes it)
-    against the float64 oracle within the error budget. Returns the report; raises CheckFailed."""
-    from course.grading.engines import check_attention
-
-    step = STEPS[exercise]
-    default_checked, default_plain = grading_cases(exercise)
-    checked_cases = default_checked if checked_cases is None else list(checked_cases)
-    plain_cases = default_plain if plain_cases is None else list(plain_cases)
-    options = dict(with_lse=step.writes_lse, pass_causal=step.causal)
-    grading = attention_function(module, exercise, tiles or GRADING_TILES.get(exercise), **GRADING_LAUNCH)
-    tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
-    report = check_attention(exercise, grading, checked_cases, tier=tier, **options)
-    if plain_cases:
-        plain = attention_function(module, exercise, tiles)
-        more = check_attention(exercise, plain, plain_cases, tier="CPU SIMT runtime", **options)
-        report.cases += more.cases
-        report.worst_ratio = max(report.worst_ratio, more.worst_ratio)
-    return report
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,17 +1,12 @@
-"""A CUDA C kernel on a real GPU too: the GPU runners, and the line ``course.check`` adds there.
+"""A CUDA C kernel on a real GPU: the runners that launch the course's CUDA steps there, and their timing.
 
-On a machine with an NVIDIA GPU (cupy or cuda-python, a device, and the course on its GPU tier),
-``course.check`` of a ``%%cuda`` kernel first grades it on the CPU runtime (memcheck, racecheck, a
-random schedule) exactly as everywhere. When that passes, :func:`gpu_note` compiles the same source
-with NVRTC, runs it on the GPU on one case and compares its output with the CPU runtime's on the same
-inputs, then times it beside PyTorch's SDPA on one larger shape. That is one more line under the
-grade: the grade is the CPU runtime's, the line is information (a GPU that disagrees does not cost
-points, and says so). Elsewhere :func:`gpu_note` returns None and nothing is printed.
-
-The pieces take *runners* (``runner(kernel_name, grid, block, args, shared_mem)``, as
-``course.tracks.cuda.forward`` takes them), so the comparison runs anywhere with two CPU runners, and
-on a GPU with :class:`GpuRunner` against :func:`cpu_runner`. :class:`GpuModule` puts a kernel module on
-the GPU where code wants a ``RawModule`` (the backward launchers).
+On a machine with an NVIDIA GPU (cupy or cuda-python, a device), :class:`GpuRunner` compiles a kernel
+module's text with NVRTC and launches it; :func:`run_step` runs a forward step through any *runner*
+(``runner(kernel_name, grid, block, args, shared_mem)``, as ``course.tracks.cuda.forward`` takes them),
+:func:`cpu_runner` being the CPU runtime's; :func:`time_step` times a step beside PyTorch's SDPA.
+:class:`GpuModule` puts a kernel module on the GPU where code wants a ``RawModule`` (the backward
+launchers). The line ``course.check`` prints under a passing ``%%cuda`` kernel on such a machine (the
+same kernel compared with the CPU runtime's run, then timed) is ``course.grading.gpu_leg``'s.
 """
 from __future__ import annotations
 
@@ -22,26 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from course.inputs import Case
 from course.simt import RawModule
 from course.tracks.cuda import STEPS, THREADS_PER_BLOCK, Runner, forward
 
-__all__ = ["GPU_EXERCISES", "GpuRunner", "GpuModule", "cpu_runner", "run_step", "Comparison", "compare",
-           "Timing", "time_step", "gpu_leg_status", "gpu_note", "COMPARE_CASES", "TIMED_SHAPES"]
+__all__ = ["GPU_EXERCISES", "GpuRunner", "GpuModule", "cpu_runner", "run_step", "Timing", "time_step",
+           "has_nvidia_gpu", "TIMED_SHAPES"]
 
 # The steps a GPU run covers: every forward step of the CUDA track (lesson 01's one-thread-per-row kernel too).
 GPU_EXERCISES = [name for name, step in STEPS.items() if step.language == "cuda"]
 
-# The case each step is compared on: small enough for the CPU runtime to run in a moment, a ragged last
-# tile for every tile size, causal for step 06.
-COMPARE_CASES: dict[str, Case] = {
-    name: Case(100, 77, 64, dtype=torch.float16 if STEPS[name].half_inputs else torch.float32, seed=11,
-               causal=STEPS[name].causal)
-    for name in GPU_EXERCISES
-}
 # (heads, N, D) the GPU run is timed on, beside SDPA on the same shape (lesson 01's kernel takes one head).
 TIMED_SHAPES = {name: ((1, 2048, 64) if STEPS[name].layout == "naive" else (16, 2048, 64)) for name in GPU_EXERCISES}
 
@@ -113,43 +99,6 @@ def run_step(exercise: str, runner: Runner, q: torch.Tensor, k: torch.Tensor, v:
 
 
 @dataclass
-class Comparison:
-    """The same step through two runners on the same inputs."""
-
-    exercise: str
-    case: Case
-    max_difference: float     # max |other - reference| over O
-    allowed: float            # the error budget of the case (course.grading.budget, as the grade uses it)
-    worst_ratio: float        # the other run's error against the float64 oracle, as a fraction of the budget
-
-    @property
-    def agrees(self) -> bool:
-        return self.max_difference <= self.allowed and self.worst_ratio <= 1.0
-
-
-def compare(exercise: str, reference: Runner, other: Runner, case: Case | None = None,
-            other_device: str = "cpu") -> Comparison:
-    """Run step ``exercise`` through ``reference`` and through ``other`` on one case and compare the two O.
-
-    ``other_device``: where ``other`` wants its inputs ("cuda" for a GpuRunner on torch CUDA tensors).
-    """
-    from course.grading.budget import attention_budget, plain_attention
-    from course.reference import attention
-
-    case = case or COMPARE_CASES[exercise]
-    q, k, v = case.tensors()
-    mine = run_step(exercise, reference, q, k, v, case.causal).double()
-    theirs = run_step(exercise, other, *(t.to(other_device) for t in (q, k, v)), causal=case.causal).cpu().double()
-    oracle = attention(q, k, v, case.causal).o
-    budget = attention_budget(oracle, plain_attention(q, k, v, case.causal), case.dtype)
-    difference = float((theirs - mine).abs().max()) if theirs.shape == mine.shape else math.inf
-    if math.isnan(difference):  # a NaN anywhere (an element never written) is no agreement
-        difference = math.inf
-    error = float((theirs - oracle).abs().max().nan_to_num(math.inf))
-    return Comparison(exercise, case, difference, budget.allowed, budget.ratio(error))
-
-
-@dataclass
 class Timing:
     shape: tuple[int, int, int, bool]   # heads, N, D, causal
     kernel_ms: float
@@ -191,64 +140,10 @@ def time_step(exercise: str, runner: GpuRunner, shape: tuple[int, int, int] | No
     return Timing((heads, n, d, causal), _median_ms(kernel, reps), _median_ms(reference, reps))
 
 
-def _has_nvidia_gpu() -> bool:
+def has_nvidia_gpu() -> bool:
     """Whether the NVIDIA driver reports a GPU, asked without loading CUDA (the driver's /proc entries)."""
     gpus = Path("/proc/driver/nvidia/gpus")
     try:
         return gpus.is_dir() and any(gpus.iterdir())
     except OSError:
         return False
-
-
-def gpu_leg_status() -> tuple[bool, str]:
-    """(True, the launcher and GPU) when a checked CUDA kernel also runs on a GPU here; else (False, why not)."""
-    from course import tiers
-    from course.grading.recording import autograding
-    from course.simt import gpu
-
-    if autograding():
-        return False, "the grader runs kernels on the CPU runtime only."
-    ok, why = gpu.cuda_available()
-    if not ok:
-        return False, why
-    if tiers.device() != "cuda":
-        return False, "the course runs on its CPU tier in this process (COURSE_TIER=cpu, or no GPU for PyTorch)."
-    return True, why
-
-
-def _shape_text(shape: tuple[int, int, int, bool]) -> str:
-    heads, n, d, causal = shape
-    return f"H={heads}, N={n}, D={d}{', causal' if causal else ''}"
-
-
-def gpu_note(exercise: str, module: Any) -> str | None:
-    """The line ``course.check`` prints under a passing CUDA kernel on a GPU machine, or None.
-
-    None where there is no NVIDIA GPU, under the grader, and for what is not a forward step of the CUDA
-    track; a sentence saying why the GPU run was skipped where a GPU is there but cannot be used.
-    """
-    if exercise not in GPU_EXERCISES or not isinstance(module, RawModule) or module.language != "cuda":
-        return None
-    ok, why = gpu_leg_status()
-    if not ok:
-        from course.grading.recording import autograding
-        return None if autograding() or not _has_nvidia_gpu() else f"GPU run skipped: {why}"
-    from course.errors import CourseError
-    from course.simt import gpu
-
-    try:
-        runner = GpuRunner(module)
-        result = compare(exercise, cpu_runner(module), runner, other_device="cuda")
-        device = torch.cuda.get_device_name(0)
-        if not result.agrees:
-            return (f"✗ on the GPU ({device}) your kernel's O differs from the CPU runtime's on "
-                    f"{result.case.describe()}: max |GPU - CPU| = {result.max_difference:.3g} (budget "
-                    f"{result.allowed:.3g}), {result.worst_ratio:.2f}× of budget from the float64 oracle. The grade is "
-                    f"the CPU runtime's; a kernel that differs on a GPU has a bug the CPU runtime did not meet "
-                    f"(a race, an uninitialised read, an order assumed).")
-        timing = time_step(exercise, runner)
-    except (CourseError, gpu.GpuUnavailable) as e:
-        return f"✗ on the GPU: {' '.join(str(e).split())[:600]} (the grade is the CPU runtime's)"
-    return (f"✓ also on the GPU ({device}): O matches the CPU runtime's on {result.case.describe()} "
-            f"(max |GPU - CPU| = {result.max_difference:.2g}); {_shape_text(timing.shape)}: "
-            f"{timing.kernel_ms:.3f} ms, SDPA {timing.sdpa_ms:.3f} ms ({timing.kernel_ms / timing.sdpa_ms:.1f}× SDPA's time).")

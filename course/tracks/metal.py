@@ -39,13 +39,12 @@ from course.kernels import kernel_path
 from course.simt import RawModule
 from course.simt.compiler import KIND_THREADGROUP
 from course.simt.limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK, WARP
-from course.tracks.common import GRADING_LAUNCH, Tiles, backward_arrays, check_qkv, kernel_defines, need
+from course.tracks.common import Tiles, backward_arrays, check_qkv, kernel_defines, need
 from course.tracks import table
 
 __all__ = ["Launch", "MetalStep", "STEPS", "THREADGROUP_MEMORY_LIMIT", "module_for", "kernel_constants",
            "forward_launch", "backward_launches", "tiled_forward", "float4_forward", "simdgroup_forward",
-           "backward_atomic", "backward_split", "FORWARD", "BACKWARD", "grading_cases", "check_step",
-           "GRADING_TILES"]
+           "backward_atomic", "backward_split", "FORWARD", "BACKWARD", "forward_function", "backward_function"]
 
 THREADGROUP_MEMORY_LIMIT = MAX_DYNAMIC_SHARED["metal"]  # 32 KiB: what an Apple GPU gives one threadgroup
 SIMDGROUP = WARP  # an Apple SIMD-group has 32 threads, as a CUDA warp does
@@ -384,84 +383,20 @@ def backward_split(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torch
 BACKWARD = {"07.backward_atomic_metal": backward_atomic, "07.backward_split_metal": backward_split}
 
 
-# ------------------------------------------------------------------------------------------------
-# Grading a step
-# ------------------------------------------------------------------------------------------------
-
-# Small tiles for the checked launches, so that small cases still cross several threadgroups, several
-# K/V tiles, a ragged last tile and (causal) a diagonal that spans tiles.
-GRADING_TILES = {"03.tiled_metal": Tiles(8, 8), "04.double_buffer_metal": Tiles(8, 8), "05.mma_metal": Tiles(16, 16)}
-
-
-def grading_cases(exercise: str) -> tuple[list, list]:
-    """(small cases for the checked launch, larger cases for a plain launch with the default tiles).
-
-    Lengths 1, 17, 20, 33, 65 and 129 (multiples of no tile); head dims from 16 to 128, one of them not a
-    power of two (and odd for step 03); Nq != Nk both ways, causal with Nq > Nk so that some rows see no
-    key; peaky and constant rows; batched heads (one per threadgroup column); float16 inputs for the
-    simdgroup-matrix step.
-    """
-    from course.inputs import Case
-
-    step = STEPS[exercise]
-    if exercise in BACKWARD:
-        checked = [Case(17, 40, 16, causal=True, seed=1), Case(1, 1, 16, seed=2),
-                   Case(65, 17, 24, causal=True, seed=3), Case(33, 20, 128, kind="peaky", seed=4)]
-        plain = [Case(65, 129, 64, causal=True, seed=5), Case(129, 65, 40, seed=6)]
-        return checked, plain
-    dt = torch.float16 if step.half_inputs else torch.float32
-    odd_d = {1: 33, 4: 20, 8: 24}[step.d_multiple]
-    checked = [Case(1, 1, 16, dtype=dt, seed=1), Case(17, 17, 32, kind="peaky", causal=True, dtype=dt, seed=2),
-               Case(33, 20, odd_d, dtype=dt, seed=3), Case(20, 40, 16, kind="constant_rows", causal=True, dtype=dt,
-                                                          seed=4),
-               Case(65, 17, 16, causal=True, dtype=dt, seed=5)]
-    plain = [Case(65, 65, 64, causal=True, dtype=dt, seed=6), Case(129, 129, 128, kind="peaky", dtype=dt, seed=7),
-             Case(17, 129, odd_d, causal=True, dtype=dt, seed=8), Case(129, 65, 40, dtype=dt, seed=9),
-             Case(33, 17, 32, causal=True, dtype=dt, batch=(2, 3), seed=10)]
-    return checked, plain
+def forward_function(exercise: str, module: RawModule, tiles: Tiles | None = None, *, device: str = "cpu",
+                     gpu_launcher: GpuLauncher | None = None, **launch: Any) -> Callable[..., Any]:
+    """``fn(q, k, v, causal=False, scale=None) -> (o, lse)``: forward step ``exercise`` of ``module`` with these
+    tiles, on ``device``, with these options of the CPU runtime (as ``course.tracks.cuda.attention_function``)."""
+    forward = FORWARD[exercise]
+    return lambda q, k, v, causal=False, scale=None: forward(module, q, k, v, causal, scale, device=device,
+                                                             tiles=tiles, gpu_launcher=gpu_launcher, **launch)
 
 
-def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence | None = None,
-               plain_cases: Sequence | None = None, tiles: Tiles | None = None, device: str = "cpu"):
-    """Grade ``module`` as ``exercise`` against the float64 oracle within the error budget: the small cases
-    with GRADING_LAUNCH (memcheck + racecheck, random schedule) and small tiles, then the larger ones in a
-    plain launch with the default tiles. ``device="gpu"`` runs the plain launches on a Mac's GPU instead
-    (the checking modes exist only on the CPU runtime). Returns the report; raises CheckFailed."""
-    from course.grading.engines import check_attention, check_backward
-
-    default_checked, default_plain = grading_cases(exercise)
-    checked_cases = default_checked if checked_cases is None else list(checked_cases)
-    plain_cases = default_plain if plain_cases is None else list(plain_cases)
-    runs = [(checked_cases, GRADING_LAUNCH, "CPU SIMT runtime (memcheck + racecheck, random schedule)")]
-    if device == "gpu":
-        runs = [(plain_cases, {}, "Apple GPU")]
-    else:
-        runs.append((plain_cases, {}, "CPU SIMT runtime"))
-    report = None
-    for cases, launch, where in runs:
-        if not cases:
-            continue
-        if exercise in BACKWARD:
-            fn = _bind_backward(BACKWARD[exercise], module, device, launch)
-            part = check_backward(exercise, fn, cases, tier=where)
-        else:
-            grading = tiles or (GRADING_TILES[exercise] if launch else None)
-            fn = _bind_forward(FORWARD[exercise], module, grading, device, launch)
-            part = check_attention(exercise, fn, cases, with_lse=True, pass_causal=True, tier=where)
-        if report is None:
-            report = part
-        else:
-            report.cases += part.cases
-            report.worst_ratio = max(report.worst_ratio, part.worst_ratio)
-    if report is None:
-        raise CourseError(f"{exercise}: no cases to check")
-    return report
-
-
-def _bind_forward(fn, module, tiles, device, launch):
-    return lambda q, k, v, causal=False: fn(module, q, k, v, causal, tiles=tiles, device=device, **launch)
-
-
-def _bind_backward(fn, module, device, launch):
-    return lambda q, k, v, o, lse, do, causal=False, scale=None: fn(module, q, k, v, o, lse, do, causal, scale,
-                                                                   device=device, **launch)
+def backward_function(exercise: str, module: RawModule, *, device: str = "cpu",
+                      gpu_launcher: GpuLauncher | None = None, **launch: Any) -> Callable[..., Any]:
+    """``fn(q, k, v, o, lse, do, causal=False, scale=None) -> (dq, dk, dv)``: backward step ``exercise`` of
+    ``module`` on ``device``, with these options of the CPU runtime."""
+    backward = BACKWARD[exercise]
+    return lambda q, k, v, o, lse, do, causal=False, scale=None: backward(module, q, k, v, o, lse, do, causal, scale,
+                                                                          device=device, gpu_launcher=gpu_launcher,
+                                                                          **launch)

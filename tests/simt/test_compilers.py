@@ -110,12 +110,13 @@ def test_hardening_that_wins_over_the_course_flags_is_not_the_learners(monkeypat
 
 
 def test_a_cuda_and_a_metal_step_pass_their_grading_check(full_leg):
+    from course.grading.kernel_steps import check_step
     from course.tracks import cuda as cuda_track
     from course.tracks import metal as metal_track
 
     for track, exercise in ((cuda_track, "03.tiled_cuda"), (metal_track, "03.tiled_metal")):
-        report = track.check_step(exercise, track.module_for(exercise), checked_cases=[Case(17, 20, 32, seed=2)],
-                                  plain_cases=[Case(65, 33, 40, kind="peaky", seed=5)])
+        report = check_step(exercise, track.module_for(exercise), checked_cases=[Case(17, 20, 32, seed=2)],
+                            plain_cases=[Case(65, 33, 40, kind="peaky", seed=5)])
         assert report.cases == 2 and report.worst_ratio < 1, (exercise, report)
 
 

@@ -300,14 +300,15 @@ def test_headers_of_nvrtc_version_win_over_earlier_ones(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# A checked %%cuda kernel on the GPU too (course.tracks.cuda_gpu): the comparison, with the CPU runtime
+# A checked %%cuda kernel on the GPU too (course.grading.gpu_leg): the comparison, with the CPU runtime
 # on both sides where there is no GPU
 # ------------------------------------------------------------------------------------------------
 
 def test_the_same_kernel_through_two_runners_agrees_exactly():
+    from course.grading import gpu_leg
     from course.tracks import cuda as cuda_track, cuda_gpu
     module = cuda_track.module_for("03.tiled_cuda")
-    result = cuda_gpu.compare("03.tiled_cuda", cuda_gpu.cpu_runner(module), cuda_gpu.cpu_runner(module))
+    result = gpu_leg.compare("03.tiled_cuda", cuda_gpu.cpu_runner(module), cuda_gpu.cpu_runner(module))
     assert result.agrees and result.max_difference == 0.0 and 0 < result.worst_ratio <= 1.0
     assert result.allowed > 0
 
@@ -315,6 +316,7 @@ def test_the_same_kernel_through_two_runners_agrees_exactly():
 @pytest.mark.parametrize("exercise", ["01.naive_cuda", "06.causal_cuda"])
 def test_a_runner_whose_output_is_off_disagrees(exercise):
     """The other side writes O a little wrong (as a GPU with a race would): the comparison says so."""
+    from course.grading import gpu_leg
     from course.tracks import cuda as cuda_track, cuda_gpu
     module = cuda_track.module_for(exercise)
     honest = cuda_gpu.cpu_runner(module)
@@ -322,23 +324,24 @@ def test_a_runner_whose_output_is_off_disagrees(exercise):
     def off(name, grid, block, args, shared_mem=0):
         honest(name, grid, block, args, shared_mem)
         args[3].add_(0.1)  # O, the fourth argument of every forward kernel
-    result = cuda_gpu.compare(exercise, honest, off)
+    result = gpu_leg.compare(exercise, honest, off)
     assert result.case.causal == (exercise == "06.causal_cuda")
     assert not result.agrees and result.max_difference > result.allowed
 
 
 def test_without_a_gpu_the_gpu_run_is_skipped_with_a_reason_and_prints_nothing(monkeypatch, capsys):
+    from course.grading import gpu_leg
     from course.tracks import cuda as cuda_track, cuda_gpu
     if CUDA_OK:
         pytest.skip("this machine has a CUDA GPU tier")
-    ok, why = cuda_gpu.gpu_leg_status()
+    ok, why = gpu_leg.gpu_leg_status()
     assert not ok and why == CUDA_WHY and is_sentence(why)
     module = cuda_track.module_for("02.online_softmax_cuda")
-    assert cuda_gpu.gpu_note("02.online_softmax_cuda", module) is None
+    assert gpu_leg.gpu_note("02.online_softmax_cuda", module) is None
     # A machine whose driver shows a GPU that cannot be used from here gets one line saying why.
-    monkeypatch.setattr(cuda_gpu, "_has_nvidia_gpu", lambda: True)
-    assert cuda_gpu.gpu_note("02.online_softmax_cuda", module) == f"GPU run skipped: {why}"
-    assert cuda_gpu.gpu_note("07.backward_atomic_cuda", module) is None   # not a forward step: no line at all
+    monkeypatch.setattr(cuda_gpu, "has_nvidia_gpu", lambda: True)
+    assert gpu_leg.gpu_note("02.online_softmax_cuda", module) == f"GPU run skipped: {why}"
+    assert gpu_leg.gpu_note("07.backward_atomic_cuda", module) is None   # not a forward step: no line at all
     monkeypatch.undo()
     import course
     course.check("01.naive_cuda", cuda_track.module_for("01.naive_cuda"))

@@ -20,6 +20,7 @@ from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
+from course.grading import kernel_steps
 from course.grading.engines import check_attention
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
@@ -48,8 +49,8 @@ def options(exercise: str) -> dict:
 @pytest.mark.parametrize("exercise", LADDER)
 def test_step_passes_the_grading_check(exercise, modules):
     """Checked launches (memcheck + racecheck, random schedule) on small cases, plain ones on larger."""
-    report = cuda_track.check_step(exercise, modules(exercise))
-    checked, plain = cuda_track.grading_cases(exercise)
+    report = kernel_steps.check_step(exercise, modules(exercise))
+    checked, plain = kernel_steps.grading_cases(exercise)
     assert report.cases == len(checked) + len(plain) and report.worst_ratio < 1
     lengths = {n for c in checked + plain for n in (c.n_q, c.n_k)}
     assert {1, 17, 65, 129} <= lengths
@@ -175,7 +176,7 @@ def test_a_launch_with_too_little_shared_memory_is_caught(exercise, modules):
         module.get_function(name)(grid, block, args, shared_mem=shared_mem - 64, check="memcheck")
 
     with pytest.raises(CourseError, match="out-of-bounds (read|write) of shared memory `smem`"):
-        cuda_track.forward(exercise, None, q, k, v, tiles=cuda_track.GRADING_TILES[exercise],
+        cuda_track.forward(exercise, None, q, k, v, tiles=kernel_steps.GRADING_TILES[exercise],
                            runner=short_by_one_row)
 
 

@@ -22,6 +22,7 @@ import course
 from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
 from course.tracks import metal as metal_track
+from course.grading import kernel_steps
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
 from course.tracks.metal import BACKWARD, FORWARD, STEPS, THREADGROUP_MEMORY_LIMIT, Launch
@@ -50,8 +51,8 @@ def modules():
 @pytest.mark.parametrize("exercise", ALL)
 def test_step_passes_its_check_checked_and_fast(exercise, modules):
     """Small cases under GRADING_LAUNCH (memcheck + racecheck, random schedule), larger ones in fast mode."""
-    report = metal_track.check_step(exercise, modules(exercise))
-    checked, plain = metal_track.grading_cases(exercise)
+    report = kernel_steps.check_step(exercise, modules(exercise))
+    checked, plain = kernel_steps.grading_cases(exercise)
     assert report.cases == len(checked) + len(plain) and report.worst_ratio < 1
     cases = checked + plain
     assert {1, 17, 65} <= {n for c in cases for n in (c.n_q, c.n_k)}
@@ -117,7 +118,7 @@ def _snapshot(value):
 def _call(exercise, module, device, **options):
     if exercise in FORWARD:
         q, k, v = course.make_qkv(19, 16, n_k=27, seed=5, batch=(2,))
-        return FORWARD[exercise](module, q, k, v, causal=True, device=device, tiles=metal_track.GRADING_TILES[exercise],
+        return FORWARD[exercise](module, q, k, v, causal=True, device=device, tiles=kernel_steps.GRADING_TILES[exercise],
                                  **options)
     return BACKWARD[exercise](module, *backward_inputs(19, 27, 16, causal=True, seed=5), causal=True, device=device,
                               **options)
@@ -163,7 +164,7 @@ def test_gpu_path_gets_exactly_the_launch_the_cpu_runtime_gets(exercise, modules
 @pytest.mark.skipif(not METAL_OK, reason=f"no Apple GPU here: {METAL_WHY}")
 @pytest.mark.parametrize("exercise", ALL)
 def test_on_an_apple_gpu(exercise, modules):  # pragma: no cover - needs a Mac with Apple silicon
-    report = metal_track.check_step(exercise, modules(exercise), device="gpu")
+    report = kernel_steps.check_step(exercise, modules(exercise), device="gpu")
     assert report.worst_ratio < 1
     on_gpu = _call(exercise, modules(exercise), "gpu")
     on_cpu = _call(exercise, modules(exercise), "cpu")
@@ -303,10 +304,10 @@ def test_the_learners_starting_point_compiles_and_fails_the_check(exercise):
     stub = re.sub(r"// BEGIN SOLUTION\n.*?// END SOLUTION\n", "// YOUR CODE HERE\n", read_source(path), flags=re.S)
     assert "YOUR CODE HERE" in stub and "BEGIN SOLUTION" not in stub
     module = RawModule(code=stub, language="metal", name=path.rsplit("/", 1)[1])
-    small, _ = metal_track.grading_cases(exercise)
+    small, _ = kernel_steps.grading_cases(exercise)
     with pytest.raises(CheckFailed, match=r"wrong|NaN|Inf"):
-        metal_track.check_step(exercise, module, checked_cases=(), plain_cases=small[:3],
-                               tiles=metal_track.GRADING_TILES.get(exercise))
+        kernel_steps.check_step(exercise, module, checked_cases=(), plain_cases=small[:3],
+                                tiles=kernel_steps.GRADING_TILES.get(exercise))
 
 
 def test_the_atomic_file_emulates_float_atomics_with_compare_and_swap():

@@ -2,7 +2,7 @@
 
 Each entry is a small edit of the course's own kernel file: the mistake a learner makes when writing
 that step. The test suite compiles every edited file for the CPU runtime, grades it with
-``course.tracks.cuda.check_step`` and requires it to fail with ``expect`` in the message: a missing
+``course.grading.kernel_steps.check_step`` and requires it to fail with ``expect`` in the message: a missing
 barrier must be reported as a data race (racecheck), an unguarded tail as an out-of-bounds access
 (memcheck), a bad float4 cast as a misaligned access, not merely as a wrong number.
 
@@ -30,7 +30,7 @@ class WrongCudaKernel(WrongKernel):
 
     def grade(self):
         """Compile the edited file and grade it as its step; returns the report (raises CheckFailed)."""
-        from course.tracks.cuda import GRADING_TILES, check_step, grading_cases
+        from course.grading.kernel_steps import GRADING_TILES, check_step, grading_cases
 
         module = self.module()
         if self.measured:

@@ -2,7 +2,7 @@
 
 Each entry is a small edit of the course's own kernel file: a mistake a learner makes when writing that
 step. The test suite compiles every edited file for the CPU runtime, grades it with
-``course.tracks.metal.check_step`` (lessons 01 and 02, one thread per row: ``course.tracks.cuda.check_step``)
+``course.grading.kernel_steps.check_step`` (lessons 01 and 02, one thread per row, as CUDA's lesson 01)
 and requires it to fail with ``expect`` in the message: a missing
 threadgroup_barrier or a plain `+=` where threadgroups add into the same dQ must be reported as a data
 race (racecheck), an unguarded tail as an out-of-bounds access (memcheck), a float4 read at a float
@@ -35,8 +35,7 @@ class WrongMetalKernel(WrongKernel):
 
     def grade(self, module=None):
         """Grade the edited file as its step on the small grading cases; returns the report (raises CheckFailed)."""
-        from course.tracks import cuda
-        from course.tracks.metal import GRADING_TILES, check_step, grading_cases
+        from course.grading.kernel_steps import GRADING_TILES, check_step, grading_cases
 
         module = module or self.module()
         if self.measured:
@@ -44,12 +43,7 @@ class WrongMetalKernel(WrongKernel):
             if self.exercise in measured.SIMT_PROBES:
                 measured.causal_tiles_simt(self.exercise, module)
             measured.simt_step_techniques(self.exercise, module)
-        if self.exercise in cuda.STEPS:  # one thread per row: CUDA's lesson-01 launch
-            small, _ = cuda.grading_cases(self.exercise)
-            if self.checked:
-                return cuda.check_step(self.exercise, module, checked_cases=small, plain_cases=())
-            return cuda.check_step(self.exercise, module, checked_cases=(), plain_cases=small)
-        small, _ = grading_cases(self.exercise)
+        small, _ = grading_cases(self.exercise)  # one thread per row (01, 02): CUDA's lesson-01 launch and cases
         if self.checked:
             return check_step(self.exercise, module, checked_cases=small, plain_cases=())
         return check_step(self.exercise, module, checked_cases=(), plain_cases=small,
