@@ -3,20 +3,21 @@ under a memory limit in the re-check), its traffic, the shared memory of a block
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
-from course.errors import CheckFailed
+from course.errors import CheckFailed, CourseError
 from course.grading.answer_process import AnswerError, LiveAnswer, MemoryLimitHit
 from course.grading.checks import learner_call, tiled, track_step
+from course.grading.counters import Counters, counters
 from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.grading.exercise import Exercise, TILED_RUNGS, ladder
 from course.grading.recording import Recorder, Replay
-from course.inputs import Case
+from course.inputs import Case, make_qkv
 from course.models import roofline
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "MEASURED_SIZE", "MEASURED_EXERCISES", "check_measured"]
 
 
 def _tiled_torch_cases() -> list[Case]:
@@ -262,3 +263,57 @@ LADDERS = (
            "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
            "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),
 )
+
+
+# ------------------------------------------------------------------------------------------------
+# Exercise 2 against the learner's own kernel: course.check("03.tiled_bytes", fn, kernel=...)
+# ------------------------------------------------------------------------------------------------
+
+# The size the kernel is measured at: not a multiple of any tile, so a partial tile of queries and of keys
+# is counted too; float32, so bytes_per_element is 4.
+MEASURED_SIZE = dict(n_q=40, n_k=72, d=16)
+MEASURED_EXERCISES = ("03.tiled_bytes",)
+
+
+def _kernel_programs(result: Counters) -> int:
+    """Blocks (CUDA C, Metal) or programs (Triton) along the query rows of the launch that wrote O."""
+    grids = [launch.grid for launch in result.launches]
+    return max(grid[0] for grid in grids)
+
+
+def check_measured(exercise: str, fn: Callable[..., Any], kernel: Any) -> str:
+    """Compare the learner's traffic formula with what their own ``kernel`` was measured to move.
+
+    Raises CheckFailed with the per-tensor breakdown when they disagree; returns the line to print when
+    they agree. ``kernel`` is a %%cuda / %%metal module of lesson 03 or 04, or a function ``f(q, k, v)``
+    launching Triton kernels (lesson 03's or 04's, with LSE)."""
+    if exercise not in MEASURED_EXERCISES:
+        raise CheckFailed(f"{exercise}: kernel= grades a traffic formula against a kernel's measured traffic, which "
+                          f"exists for {', '.join(MEASURED_EXERCISES)} only.")
+    n_q, n_k, d = MEASURED_SIZE["n_q"], MEASURED_SIZE["n_k"], MEASURED_SIZE["d"]
+    q, k, v = make_qkv(n_q, d, n_k=n_k, seed=3)
+    try:
+        result = counters(kernel, q, k, v)
+    except CourseError as e:
+        raise CheckFailed(f"{exercise}: could not measure your kernel: {e}") from None
+    programs = _kernel_programs(result)
+    block_m = -(-n_q // programs)  # a tile height giving that many programs (the formula needs no other)
+    measured = result.by_tensor
+    moved = sum(t["load_bytes"] + t["store_bytes"] + t["atomic_bytes"] for t in measured.values())
+    args = dict(n_q=n_q, n_k=n_k, d=d, block_m=block_m, bytes_per_element=4)
+    theirs = fn(**args)
+    lesson = roofline.tiled_kernel_bytes(**args)
+    parts = ", ".join(f"{name} {t['load_bytes'] + t['atomic_bytes']:,} B read" if t["load_bytes"]
+                      else f"{name} {t['store_bytes'] + t['atomic_bytes']:,} B written"
+                      for name, t in measured.items())
+    where = (f"n_q={n_q}, n_k={n_k}, d={d}, float32, {programs} program(s) of block_m={block_m}")
+    if moved != lesson:
+        raise CheckFailed(
+            f"{exercise}: your kernel moved {moved:,} bytes at {where} ({parts}), but the lesson's count for a tiled "
+            f"kernel is {lesson:,}: Q read once, K and V once per program, O and the float32 LSE written once.\n"
+            f"  hint: a tensor whose bytes are off is read or written more (or less) often than that; "
+            f"course.grading.counters(your_kernel, q, k, v) shows which source line does it.")
+    if theirs != moved:
+        raise CheckFailed(f"{exercise}: at {where} your formula gives {theirs!r} bytes, but your kernel was measured to "
+                          f"move {moved:,} ({parts}).")
+    return f"{exercise}: your formula agrees with your kernel's measured traffic at {where}: {moved:,} bytes ({parts})."

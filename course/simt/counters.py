@@ -5,10 +5,10 @@ instruction since the warp last met belongs with the other lanes' k-th accesses 
 distinct warp access as a *pattern*: the lanes taking part and their byte offsets from a 128-byte
 boundary, the width per lane, load / store / atomic, the buffer (or shared memory), the instruction's
 source line, and how many times that exact access occurred. The runtime does not cost them: the
-course's model of the memory system (course/models/memory_model.py, applied by course/grading/counters.py) turns
+course's model of the memory system (course/models/memory_model.py, applied by course/models/traffic.py) turns
 patterns into sectors, bank conflicts and Nsight Compute's metrics, so that the runtime stays free of
 the course around it. ``LaunchCounters.metrics``, ``.rows`` and ``.by_tensor`` ask that model, which
-``course.grading.counters`` installs with :func:`set_cost_model` when the course package is imported.
+``course.models.traffic`` installs with :func:`set_cost_model` when the course package is imported.
 
 It also counts the launch's warp-level matrix products (``LaunchCounters.matrix_ops``): per call site,
 shape and operand types, how many ``wmma::mma_sync`` or ``simdgroup_multiply[_accumulate]`` operations
@@ -43,7 +43,7 @@ _cost_model: Callable[["LaunchCounters"], tuple[list, dict]] | None = None
 
 
 def set_cost_model(model: Callable[["LaunchCounters"], tuple[list, dict]]) -> None:
-    """Install ``model(launch) -> (rows, metrics)``, which costs a launch's patterns (course/grading/counters.py)."""
+    """Install ``model(launch) -> (rows, metrics)``, which costs a launch's patterns (course/models/traffic.py)."""
     global _cost_model
     _cost_model = model
 

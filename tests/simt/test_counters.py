@@ -340,6 +340,17 @@ def test_course_counters_gives_a_table_rows_and_nsight_names(qkv):
     assert "course's own" in c.describe("course__global_ld_bytes_requested")
 
 
+def test_the_command_line_prints_a_steps_counters(capsys):
+    """``python -m course.tools.counters 03``: what docs/counters.md compares with Nsight Compute."""
+    from course.tools.counters import main
+    assert main(["03", "--n", "16", "--d", "16"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tiled_attention (cuda): grid (1, 1, 1)") and "by source line" in out
+    with pytest.raises(SystemExit):
+        main(["00"])  # lesson 00 has no CUDA step
+    assert "invalid choice: '00'" in capsys.readouterr().err
+
+
 def test_what_cannot_be_measured_is_a_sentence():
     with pytest.raises(course.CourseError, match="launched no kernel that could be measured"):
         course.grading.counters(lambda: None)
@@ -412,7 +423,7 @@ def test_shared_load_wavefronts_are_what_nsight_compute_measured(shared_loads, k
 
 
 def test_phases_pair_only_for_loads_and_only_when_the_pair_fits_one_wavefront():
-    from course.grading.counters import pattern_cost
+    from course.models.traffic import pattern_cost
     same = _lanes(lambda t: 0)
     # The phase rule alone (what stores still get: only loads were measured) serves every quarter-warp apart.
     assert pattern_cost("shared", 16, same, "store")["wavefronts"] == 4
