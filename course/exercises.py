@@ -23,7 +23,7 @@ import torch
 from course import tiers
 from course.errors import CheckFailed
 from course.grading.answer_process import LiveAnswer
-from course.grading.counters import check_measured
+from course.lessons.lesson03 import check_measured
 from course.grading.engines import Report, quiet, untouched_stub
 from course.grading.exercise import Exercise
 from course.grading.isolation import run_isolated
@@ -210,7 +210,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
     """Check ``candidate`` for ``exercise`` (an id such as ``"01.attention_torch"``); print and return a Report.
 
     Raises CheckFailed (shown in Jupyter as a short diagnosis) when the answer is wrong. ``kernel=``, for a
-    traffic-counting exercise (course.grading.counters.MEASURED_EXERCISES), also runs that kernel (a %%cuda /
+    traffic-counting exercise (course.lessons.lesson03.MEASURED_EXERCISES), also runs that kernel (a %%cuda /
     %%metal module, or a function launching Triton kernels) in counters mode and requires the learner's
     formula to give the bytes it was measured to move.
     """
