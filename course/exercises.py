@@ -6,29 +6,28 @@ and what the grader runs can never disagree.
 
 Each lesson's exercises, their checks and their hints live in that lesson's module, ``course/lessons/lessonNN.py``
 (a tuple ``EXERCISES`` of :class:`Exercise`); :data:`EXERCISES` here is all of them, in lesson order, from every such
-module :func:`course.lessons.lesson_modules` finds. Which of the course's model functions a numeric answer may call
-(:data:`MODEL_POLICY`) and the arguments its hidden tests draw (:data:`DRAWS`) are read by ``check`` for every
-lesson, and stay here.
+module :func:`course.lessons.lesson_modules` finds. So are the arguments a numeric exercise's hidden tests draw
+(:data:`DRAWS`, or why it has none, :data:`ENUMERATED`) and which of the course's model functions its answer may
+call (:data:`MODEL_POLICY`), which each lesson module declares for its own exercises and ``check`` reads for every
+lesson; and what the grader runs for a lesson beyond its checks (a lesson's probes, the kinds of answer cell it
+adds), which goes where the answer process and the re-check read it (course.grading.exercise).
 """
 from __future__ import annotations
 
 import os
 import random
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
-
-import torch
 
 from course import tiers
 from course.errors import CheckFailed
 from course.grading.answer_process import LiveAnswer
 from course.lessons.lesson03 import check_measured
 from course.grading.engines import Report, quiet, untouched_stub
-from course.grading.exercise import Exercise
+from course.grading.exercise import CELL_BUILDERS, PROBE_SOURCES, Exercise, ModelPolicy, probes
 from course.grading.isolation import run_isolated
 from course.grading.recording import Recorder, Replay, autograding, call_key, emit
-from course.lessons import lesson_modules
+from course.lessons import gathered, lesson_modules
 from course.simt import RawModule
 from course.tracks import table
 from course.tracks.triton import autotune
@@ -36,7 +35,9 @@ from course.tracks.triton import autotune
 __all__ = ["Exercise", "EXERCISES", "MODEL_POLICY", "ModelPolicy", "check", "DRAWS", "ENUMERATED", "drawn_arguments"]
 
 
-EXERCISES: dict[str, Exercise] = {exercise.id: exercise for module in lesson_modules() for exercise in module.EXERCISES}
+_LESSONS = lesson_modules()
+
+EXERCISES: dict[str, Exercise] = {exercise.id: exercise for module in _LESSONS for exercise in module.EXERCISES}
 """Exercise id → its :class:`Exercise`, lesson by lesson (each lesson's own order within it)."""
 
 
@@ -46,44 +47,12 @@ EXERCISES: dict[str, Exercise] = {exercise.id: exercise for module in lesson_mod
 # grader the seed goes into the recording, so the re-check, which replays the learner's answers, draws
 # the very same sets (course.grading.recording).
 
-_D = (16, 32, 48, 64, 80, 96, 128)  # head dims a lesson uses
+DRAWS: dict[str, Callable[[Any], dict | tuple]] = gathered("DRAWS", _LESSONS)
+"""Exercise id → one argument set drawn from a ``random.Random``, in the form its check takes (each lesson
+module's ``DRAWS``)."""
 
-
-def _draw_sizes(rng, low: int = 1, high: int = 8192) -> int:
-    """A length, mostly not a multiple of any tile (1, 17, 129, ... as often as 128)."""
-    return rng.choice([rng.randint(low, 64), rng.randint(low, high)])
-
-
-DRAWS: dict[str, Callable[[Any], dict | tuple]] = {
-    "00.attention_flops": lambda r: dict(n_q=_draw_sizes(r), n_k=_draw_sizes(r), d=r.choice(_D)),
-    "00.flash_intensity": lambda r: dict(n=_draw_sizes(r), d=r.choice(_D), bytes_per_element=r.choice((2, 4))),
-    "01.naive_bytes_read": lambda r: dict(n=_draw_sizes(r), d=r.choice(_D),
-                                          dtype=r.choice((torch.float32, torch.float16, torch.bfloat16))),
-    "02.softmax_bytes": lambda r: dict(rows=_draw_sizes(r), cols=_draw_sizes(r), bytes_per_element=r.choice((2, 4)),
-                                       online=r.random() < 0.5),
-    "03.tiled_bytes": lambda r: dict(n_q=_draw_sizes(r), n_k=_draw_sizes(r), d=r.choice(_D),
-                                     block_m=r.choice((16, 32, 64, 128)), bytes_per_element=r.choice((2, 4))),
-    "03.shared_bytes": lambda r: dict(block_m=r.choice((4, 8, 16, 32, 64)), block_n=r.choice((16, 32, 48, 64, 96)),
-                                      d=r.choice(_D)),
-    # Any offset, stride and width: straddles of a sector boundary among them.
-    "04.warp_sectors": lambda r: dict(offset_bytes=r.randint(0, 255), stride_bytes=r.choice((0, r.randint(1, 300))),
-                                      access_bytes=r.choice((1, 2, 4, 8, 12, 16))),
-    "04.bank_ways": lambda r: dict(row_floats=r.randint(1, 256), pad_floats=r.randint(0, 8)),
-    "06.causal_mask": lambda r: dict(n_q=r.randint(1, 12), n_k=r.randint(1, 12), top_left=r.random() < 0.5),
-    "06.tile_counts": lambda r: dict(n_q=_draw_sizes(r, high=600), n_k=_draw_sizes(r, high=600),
-                                     block_m=r.choice((16, 32, 64, 128)), block_n=r.choice((16, 32, 64, 128))),
-    "07.backward_flops": lambda r: dict(n_q=_draw_sizes(r), n_k=_draw_sizes(r), d=r.choice(_D),
-                                        design=r.choice(("stored_p", "atomic", "split"))),
-    "09.rows_per_step": lambda r: dict(operands=r.randint(1, 6), block_cols=r.randint(1, 4), dtype_bits=r.choice((16, 32)),
-                                       full_sync=r.random() < 0.5),
-    "09.grid_assignment": lambda r: (lambda q: (q, q + r.randint(0, 8), r.randint(1, 8), r.random() < 0.8))(
-        r.randint(1, 64)),
-}
-"""Exercise id → one argument set drawn from a ``random.Random``, in the form its check takes."""
-
-ENUMERATED = {"05.fragment_lane": "its visible check asks for every element of every fragment: there is nothing left "
-                                  "to draw"}
-"""Numeric exercises with no draws, and why."""
+ENUMERATED: dict[str, str] = gathered("ENUMERATED", _LESSONS)
+"""Numeric exercises with no draws, and why (each lesson module's ``ENUMERATED``)."""
 
 _DRAWN_SEED = "drawn-seed:"  # recording key of a test's seed (beside the call digests, which are 32 hex digits)
 
@@ -114,76 +83,18 @@ def _draw(exercise: str, count: Any, options: dict, candidate: Any) -> tuple[lis
 
 
 # -- the course's own models as answers ---------------------------------------------------------------
-# Some numeric exercises ask for exactly what a course module computes (course.models.roofline, course.models.causal, ...).
-# Each declares which of those functions its answer may call (where the lesson's point is to use them) and
-# which it may not (where the lesson asks for the count or the formula itself). A refused call fails the
-# check with one sentence; course.grading.measured says how it is seen, and that the re-check reads the answer cell
-# as handed in, so an answer cell that switches the notebook's watch off gains nothing.
+# Which of the course's model functions an answer may call, and why not (course.grading.exercise.ModelPolicy).
 
-@dataclass(frozen=True)
-class ModelPolicy:
-    refused: tuple[str, ...] = ()
-    """Course functions (dotted names) that compute what the exercise asks: its answer may not call them."""
-    why: str = ""
-    """Why not, completing the sentence "your answer may not use f: ..."."""
-    allowed: tuple[str, ...] = ()
-    """Course functions the lesson hands the learner for this exercise."""
-
-    def sentence(self, exercise: str, name: str) -> str:
-        return f"{exercise}: your answer may not use {name}: {self.why}."
+MODEL_POLICY: dict[str, ModelPolicy] = gathered("MODEL_POLICY", _LESSONS)
+"""Numeric exercise id → which of the course's model functions its answer may call, and which not (each lesson
+module's ``MODEL_POLICY``)."""
 
 
-MODEL_POLICY: dict[str, ModelPolicy] = {
-    "00.attention_flops": ModelPolicy(("course.models.roofline.attention_flops",),
-                                      "it is the course's own count, and the exercise is to count the FLOPs of the two "
-                                      "matmuls yourself"),
-    "00.flash_intensity": ModelPolicy(("course.models.roofline.flash_attention_bytes",),
-                                      "it is the course's own count of the fused kernel's bytes, which the exercise asks "
-                                      "you to count (the FLOPs may come from course.models.roofline.attention_flops)",
-                                      allowed=("course.models.roofline.attention_flops", "course.models.roofline.arithmetic_intensity")),
-    "01.naive_bytes_read": ModelPolicy(("course.models.roofline.naive_kernel_bytes_read",),
-                                       "it is the course's own count, and the exercise is to count the naive kernel's "
-                                       "reads yourself"),
-    "02.softmax_bytes": ModelPolicy(("course.models.roofline.softmax_bytes",),
-                                    "it is the course's own count, and the exercise is to count the passes' bytes "
-                                    "yourself"),
-    "03.tiled_bytes": ModelPolicy(("course.models.roofline.tiled_kernel_bytes",),
-                                  "it is the course's own count, and the exercise is to count the tiled kernel's "
-                                  "traffic yourself"),
-    "03.shared_bytes": ModelPolicy(("course.tracks.cuda.shared_memory_bytes",),
-                                   "it is the launcher's own count, and the exercise is to lay out the three tiles "
-                                   "yourself"),
-    "04.warp_sectors": ModelPolicy(("course.models.memory_model.sectors_of_bytes", "course.models.memory_model.sectors_touched",
-                                    "course.models.memory_model.coalescing"),
-                                   "it is the course's memory model, and the exercise is to count the sectors yourself"),
-    "04.bank_ways": ModelPolicy(("course.models.memory_model.bank_conflict_ways", "course.models.memory_model.bank_access",
-                                 "course.models.memory_model.warp_column_walk"),
-                                "it is the course's memory model, and the exercise is to work out the conflict "
-                                "yourself"),
-    "05.fragment_lane": ModelPolicy(("course.models.fragments.fragment_map", "course.models.fragments.lane_cells"),
-                                    "it looks the lane up in the measured map, and the exercise asks for a formula, "
-                                    "not a table"),
-    "06.causal_mask": ModelPolicy(("course.models.causal.offset",),
-                                  "it is the course's offset of each alignment, which the exercise asks you to work "
-                                  "out"),
-    "06.tile_counts": ModelPolicy(("course.models.causal.tile_counts", "course.models.causal.tile_kind",
-                                   "course.models.causal.visible_key_tiles", "course.models.causal.program_work"),
-                                  "it is the course's own tile model, and the exercise is to count the tiles yourself "
-                                  "(course.models.causal.offset may give you the offset)",
-                                  allowed=("course.models.causal.offset",)),
-    "07.backward_flops": ModelPolicy(("course.models.roofline.backward_flops",),
-                                     "it is the course's own count, and the exercise is to count the backward's "
-                                     "products yourself"),
-    "07.differing_elements": ModelPolicy(("course.models.determinism.differing_elements",),
-                                         "it is the course's own count, and the exercise is to compare the runs' bits "
-                                         "yourself"),
-    # The lesson hands out DST's capacity (course/lessons/dst.py): the exercise is what fits in it.
-    "09.rows_per_step": ModelPolicy(allowed=("course.lessons.dst.capacity",)),
-    "09.grid_assignment": ModelPolicy(("course.lessons.lesson09.balanced_plan",),
-                                      "it is the course's own assignment, the one yours is measured against",
-                                      allowed=("course.lessons.lesson09.key_tiles_seen",)),
-}
-"""Numeric exercise id → which of the course's model functions its answer may call, and which not."""
+# -- what the grader runs for a lesson beyond its checks ----------------------------------------------
+# The answer process runs a lesson's probes and the re-check builds the kinds of answer cell a lesson adds; both sit
+# below the lessons, so what each lesson module declares for them goes into course.grading.exercise, where they read it.
+PROBE_SOURCES[:] = [module.probes for module in _LESSONS if hasattr(module, "probes")]
+CELL_BUILDERS.update(gathered("CELL_BUILDERS", _LESSONS))
 
 
 def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
@@ -247,8 +158,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         refuse_reach(exercise, candidate.answer_source)
         candidate = candidate.around(chosen.probe)
     elif chosen.probe is not None and not isinstance(candidate, Replay):
-        from course.lessons.capstone import PROBES  # here, not on top: +4 ms to `import course`
-        candidate = PROBES[chosen.probe](candidate)
+        candidate = probes()[chosen.probe](candidate)
     graded, learner, row = _triton_kernels(exercise, candidate)
     if learner is not None and _gate_wanted(row, learner):
         from course.tracks.triton_answer import gate  # here, not on top: +4 ms to `import course`

@@ -34,6 +34,7 @@ from course.errors import CourseError
 from course.grading.exercise import Ladder
 from course.lessons import lesson_modules
 from course.paths import REPO, SOLUTIONS
+from course.solution_regions import PYTHON_STUB_LINE, SOLUTION_REGION
 from course.tracks import table
 
 __all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text", "code_spans", "code_blocks", "prose_of",
@@ -49,15 +50,11 @@ def code_blocks(rung: str) -> list[str]:
     return [textwrap.dedent(block).rstrip("\n") for block in _BLOCK.findall(rung)]
 
 
-# The line of a handed-out answer cell where the learner's code goes.
-_STUB_LINE = re.compile(r"^([ \t]*)(?:# YOUR CODE HERE\n[ \t]*)?raise NotImplementedError\(\)[ \t]*$", re.M)
-
-
 def typed_answer(ladder: Ladder, up_to: int, handed_out: str) -> str:
     """The handed-out cell with the code blocks of rungs 1..up_to typed in place of its stub line, as a learner who
     follows the ladder would type them (the tests hold each ladder to passing this way)."""
     blocks = [block for rung in ladder.rungs[:up_to] for block in code_blocks(rung)]
-    match = _STUB_LINE.search(handed_out)
+    match = PYTHON_STUB_LINE.search(handed_out)
     if match is None:
         raise CourseError(f"{ladder.cell}: the handed-out cell has no `raise NotImplementedError()` line to replace")
     return handed_out[:match.start()] + textwrap.indent("\n".join(blocks), match.group(1)) + handed_out[match.end():]
@@ -103,9 +100,6 @@ def hint(exercise: str, rung: int | None = None) -> None:
     print(f"hint {rung} of {top} for {exercise}: {ladder.rungs[rung - 1]}\n{more}")
 
 
-_REGION = re.compile(r"^[ \t]*(?:#|//)+[ \t]*BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*(?:#|//)+[ \t]*END SOLUTION[ \t]*$", re.S | re.M)
-
-
 def _kernel_file(exercise: str) -> str:
     return table.exercise(exercise).kernel_file
 
@@ -124,7 +118,7 @@ def solution_text(exercise: str) -> tuple[str, str]:
         if not cells:
             raise CourseError(f"no solution cell {grade_id!r} in {path.relative_to(REPO)}")
         source = "".join(cells[0]["source"])
-        regions = _REGION.findall(source)
+        regions = SOLUTION_REGION.findall(source)
         return f"{path.relative_to(REPO)}, cell {grade_id}", "\n".join(r.rstrip("\n") for r in regions) or source
     kernel_file = _kernel_file(exercise)
     path = REPO / kernel_file
@@ -133,7 +127,7 @@ def solution_text(exercise: str) -> tuple[str, str]:
         lines = text.splitlines(keepends=True)
         text = "".join("".join(lines[node.lineno - 1:node.end_lineno]) for node in ast.parse(text).body
                        if isinstance(node, ast.FunctionDef) and node.name in ladder.functions)
-    regions = _REGION.findall(text)
+    regions = SOLUTION_REGION.findall(text)
     if not regions:
         raise CourseError(f"{kernel_file} has no solution region in this copy of the course, so there is nothing to reveal")
     return kernel_file, "\n    ...\n".join(r.rstrip("\n") for r in regions)

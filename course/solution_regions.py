@@ -10,15 +10,16 @@ A kernel file or a solution cell marks what the learner writes with a pair of co
 ``ClearSolutions`` does in a notebook cell (the release's preprocessor calls it for each cell, the
 learner's lab for each kernel file, so both are stripped alike). The stub is what the learner sees
 (:data:`CODE_STUBS`, ``YOUR CODE HERE``) or, in the grader's sandbox, a line that says the solution was
-removed (:func:`grading_stub`). This module imports nothing of the course, so every layer, and the
-autograder, can use it.
+removed (:func:`grading_stub`). Readers of a solution find its regions with :data:`SOLUTION_REGION`, and
+the line of a handed-out Python cell where the learner's code goes with :data:`PYTHON_STUB_LINE`. This module
+imports nothing of the course, so every layer, and the autograder, can use it.
 """
 from __future__ import annotations
 
 import re
 
 __all__ = ["BEGIN_SOLUTION", "END_SOLUTION", "BEGIN_HIDDEN_TESTS", "END_HIDDEN_TESTS", "LEAK_MARKERS",
-           "MARKER_LINE", "CODE_STUBS", "EXTENSION_LANGUAGES", "REMOVED_FOR_GRADING", "SolutionRegionError",
+           "MARKER_LINE", "SOLUTION_REGION", "PYTHON_STUB_LINE", "CODE_STUBS", "EXTENSION_LANGUAGES", "REMOVED_FOR_GRADING", "SolutionRegionError",
            "file_language", "grading_stub", "has_solution_region", "clear_solution_regions"]
 
 BEGIN_SOLUTION = "BEGIN SOLUTION"
@@ -30,6 +31,10 @@ LEAK_MARKERS = (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN_TESTS, END_HIDDEN_TES
 # A comment line that is a marker (a named region's, a solution's or a hidden test's), not code.
 MARKER_LINE = re.compile(r"^\s*(?:#|//)\s*(?:region:|endregion:|BEGIN SOLUTION|END SOLUTION|BEGIN HIDDEN|END HIDDEN)")
 
+# A whole region, marker lines included; its group 1 is the solution between them.
+SOLUTION_REGION = re.compile(rf"^[ \t]*(?:#|//)+[ \t]*{BEGIN_SOLUTION}[ \t]*\n(.*?)^[ \t]*(?:#|//)+[ \t]*{END_SOLUTION}[ \t]*$",
+                             re.S | re.M)
+
 # What the learner finds in place of a region, by language (Python's is nbgrader's own default).
 CODE_STUBS: dict[str, str] = {
     "python": "# YOUR CODE HERE\nraise NotImplementedError()",
@@ -37,6 +42,11 @@ CODE_STUBS: dict[str, str] = {
     "metal": "// YOUR CODE HERE",
     "c": "/* YOUR CODE HERE */",
 }
+
+# The line of a handed-out Python cell where the learner's code goes: the stub's last line, with its comment line
+# above it or without; group 1 is its indentation.
+_COMMENT, _STATEMENT = CODE_STUBS["python"].split("\n")
+PYTHON_STUB_LINE = re.compile(rf"^([ \t]*)(?:{re.escape(_COMMENT)}\n[ \t]*)?{re.escape(_STATEMENT)}[ \t]*$", re.M)
 
 # Source files whose contents are not Python, by extension.
 EXTENSION_LANGUAGES: dict[str, str] = {

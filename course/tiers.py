@@ -11,13 +11,16 @@ import sys
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 
+from course.paths import KERNELS
 from course.simt.toolchain import apple_metal
 
-__all__ = ["Tier", "TierDevice", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers", "report"]
+__all__ = ["Tier", "TierDevice", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers", "report",
+           "SIMULATOR_VERSION", "TESTED_TRITON"]
 
 _ENV = "COURSE_TIER"  # "cpu" forces the CPU tier; "auto" (default) takes a GPU when there is one
 
@@ -136,6 +139,8 @@ _NEEDS_CXX = ("needs Apple's C++ compiler: xcode-select --install" if sys.platfo
               else "needs a C++ compiler: apt-get install g++ (make lab installs it)")
 # The Triton versions the course is tested with, oldest and newest (pyproject.toml declares the oldest).
 TESTED_TRITON = ((3, 6), (3, 9))
+# The TT-Lang simulator lesson 09 is written for (pyproject.toml pins it; course.lessons.dataflow runs it).
+SIMULATOR_VERSION = "1.1.6"
 
 
 def _minor(version: str) -> tuple[int, ...]:
@@ -165,7 +170,6 @@ def _triton_interpreter(triton: str | None) -> tuple[bool, str]:
 
 def _tt_simulator() -> tuple[bool, str]:
     """Lesson 09's simulator: installed at the version the lesson is written for, or what it needs."""
-    from course.lessons.dataflow import SIMULATOR_VERSION
     found = _distribution_version("tt-lang-sim")
     if found == SIMULATOR_VERSION:
         return True, f"tt-lang-sim {found}: runs @ttl.operation programs on a simulated grid of Tensix cores"
@@ -196,15 +200,28 @@ def _span(lessons: list[str]) -> str:
     return ", ".join(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
+# A track's kernel file is kernels/<track>/<lesson>_<step>.<ext> (course.tracks.table's naming rule; its test holds
+# every file to a row of the table and every row to a file).
+_KERNEL_FILE = re.compile(r"(\d\d)_\w+\.\w+")
+
+
+def _track_lessons(track: str) -> list[str]:
+    """The lessons that have a kernel in ``track``, read off the kernel files of the course folder."""
+    folder = KERNELS / track
+    found = {m.group(1) for p in (folder.iterdir() if folder.is_dir() else ()) if p.is_file()
+             and (m := _KERNEL_FILE.fullmatch(p.name))}
+    return sorted(found)
+
+
 def _lessons_here(available: dict[str, bool]) -> list[str]:
     """Which lessons' exercises run here, in which track, from the tiers found (lesson 00 needs none of them)."""
-    from course.tracks import table
     tracks = (("Triton", "triton", available.get("Triton interpreter (CPU)") or available.get("Triton native (GPU)")),
               ("CUDA C", "cuda", available.get("CUDA C on the CPU runtime")),
               ("Metal", "metal", available.get("Metal on the CPU runtime")))
     here, missing = [], []
     for label, track, ok in tracks:
-        text = f"{label} (lessons {_span(sorted({r.lesson for r in table.exercises(track=track)}))})"
+        lessons = _track_lessons(track)
+        text = f"{label} (lessons {_span(lessons)})" if lessons else label  # no kernel files: no course folder here
         (here if ok else missing).append(text)
     simulator = next((ok for name, ok in available.items() if name.startswith("Tenstorrent")), False)
     (here if simulator else missing).append("lesson 09 on the TT-Lang simulator")

@@ -16,7 +16,8 @@ the instructor's setup cells, and the checker calls each function through a pipe
 
 Checks that need more than return values (lesson 08's gradients, what its autograd.Function saved and what
 PyTorch ran, a short training run) ask the child to run one of the course's *probes* around a name the cells
-defined (:data:`course.lessons.capstone.PROBES`, imported in the child before the setup and any answer cell run): the
+defined (:func:`course.grading.exercise.probes`, which the lessons declare, imported in the child before the setup
+and any answer cell run): the
 probe is the course's code, the arguments are the checker's, the learner's cells only name which of their
 functions it wraps, and what comes back is the probe's data. What the notebook's own run recorded decides
 nothing. The child starts on the first call.
@@ -34,6 +35,8 @@ import signal
 import subprocess
 import sys
 from typing import Any
+
+from course.grading.exercise import probes as course_probes
 
 __all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "MemoryLimitHit", "protect_this_process",
            "stop_every_answer_process"]
@@ -194,7 +197,7 @@ class AnswerProcess:
 
     def call(self, name: str, args: tuple, kwargs: dict, probe: str | None = None) -> Any:
         """``name``'s answer to ``args`` and ``kwargs``; with ``probe``, the answer of that course probe
-        (:data:`course.lessons.capstone.PROBES`) run around ``name`` in the child."""
+        (:func:`course.grading.exercise.probes`) run around ``name`` in the child."""
         from course.grading.recording import decode, encode
         if self.proc is None:
             try:
@@ -344,9 +347,9 @@ def _serve() -> int:
     import torch
     torch.set_num_threads(1)  # one thread: the same memory and the same sums on every machine
     # The course's probes, bound before any cell runs; what they look up later, the answer cell may not reach
-    # (course.lessons.capstone.refused_reach reads it before a probe is asked for).
-    from course.lessons.capstone import PROBES
-    probes = dict(PROBES)
+    # (course.lessons.capstone.refused_reach reads it before a probe is asked for). The package `course`, imported
+    # before this module ran, has put each lesson's in course.grading.exercise (course.exercises does).
+    probes = course_probes()
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for cell in job.get("setup", []):
         with contextlib.suppress(Exception):

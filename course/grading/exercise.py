@@ -3,15 +3,23 @@
 Each ``course/lessons/lessonNN.py`` holds a tuple ``EXERCISES`` of the one and a tuple ``LADDERS`` of the other;
 ``course.exercises`` (``check``) and ``course.hint_ladder`` (``hint``, ``reveal``) assemble them from every lesson
 module they find. The types live here, below both, so that a lesson module never imports the API built on it.
+
+A lesson with numeric exercises also declares, per exercise, the arguments its hidden tests draw (a dict ``DRAWS``,
+helped by :func:`draw_size` and :data:`HEAD_DIMS`; or why it has none, ``ENUMERATED``) and which course functions
+its answer may call (a dict ``MODEL_POLICY`` of :class:`ModelPolicy`). What the grader runs for a lesson beyond its
+checks is declared the same way (a function ``probes``, a dict ``CELL_BUILDERS``), and ``course.exercises`` puts it
+in :data:`PROBE_SOURCES` and :data:`CELL_BUILDERS` here, where the answer process and the re-check, which sit below
+the lessons, read it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from course.grading.engines import Report
 
-__all__ = ["Exercise", "Ladder", "ladder", "TILED_RUNGS"]
+__all__ = ["Exercise", "Ladder", "ladder", "TILED_RUNGS", "ModelPolicy", "HEAD_DIMS", "draw_size", "PROBE_SOURCES",
+           "CELL_BUILDERS", "probes"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,7 @@ class Exercise:
     takes: str = "function"
     """What the learner hands in: a Python function, or the kernel module a %%cuda / %%metal cell made."""
     probe: str | None = None
-    """The course probe (:data:`course.lessons.capstone.PROBES`) the checks call around the learner's function, when what
+    """The course probe (by name, :func:`probes`) the checks call around the learner's function, when what
     they need is more than its return value (the capstone's gradients and training run). Where the grade is
     decided it runs inside the answer process, around the function the handed-in cell defines."""
 
@@ -51,3 +59,55 @@ TILED_RUNGS = (
     "m, l and the accumulator, exactly as in lesson 02; a tile of keys is one online step for every row of the Q "
     "tile at once.",
 )
+
+
+# -- numeric exercises: arguments drawn when the grader checks -----------------------------------
+# A lookup table of the visible arguments passes a visible check and nothing else: a hidden test adds
+# ``drawn=N``, N argument sets drawn at random (os.urandom) within the lesson's valid range (course.exercises).
+
+HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
+"""The head dims a lesson uses."""
+
+
+def draw_size(rng, low: int = 1, high: int = 8192) -> int:
+    """A length, mostly not a multiple of any tile (1, 17, 129, ... as often as 128)."""
+    return rng.choice([rng.randint(low, 64), rng.randint(low, high)])
+
+
+# -- the course's own models as answers ---------------------------------------------------------------
+# Some numeric exercises ask for exactly what a course module computes (course.models.roofline, course.models.causal, ...).
+# Each declares which of those functions its answer may call (where the lesson's point is to use them) and
+# which it may not (where the lesson asks for the count or the formula itself). A refused call fails the
+# check with one sentence; course.grading.measured says how it is seen, and that the re-check reads the answer cell
+# as handed in, so an answer cell that switches the notebook's watch off gains nothing.
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    refused: tuple[str, ...] = ()
+    """Course functions (dotted names) that compute what the exercise asks: its answer may not call them."""
+    why: str = ""
+    """Why not, completing the sentence "your answer may not use f: ..."."""
+    allowed: tuple[str, ...] = ()
+    """Course functions the lesson hands the learner for this exercise."""
+
+    def sentence(self, exercise: str, name: str) -> str:
+        return f"{exercise}: your answer may not use {name}: {self.why}."
+
+
+# -- what the grader runs for a lesson beyond its checks ---------------------------------------------
+# The answer process and the re-check cannot import the lessons (they sit below them); course.exercises, which
+# assembles the course from its lesson modules, puts here what each lesson declares for them.
+
+PROBE_SOURCES: list[Callable[[], dict[str, Callable]]] = []
+"""For each lesson with probes (a lesson module's function ``probes``): a function that imports them and returns them
+by name. The answer process calls every one before the setup and any answer cell run (course.grading.answer_process)."""
+
+CELL_BUILDERS: dict[str, Callable[..., dict[str, Any]]] = {}
+"""Answer cells of a kind a lesson adds (a lesson module's ``CELL_BUILDERS``; lesson 09's TT-Lang cells are ``"tt"``),
+by kind: the function that builds what such a cell defines from its text as handed in,
+``(source, where, exercise, setup, earlier) -> {name: value}`` (course.grading.recheck)."""
+
+
+def probes() -> dict[str, Callable]:
+    """Every probe of the course by name (:attr:`Exercise.probe`), imported now."""
+    return {name: probe for source in PROBE_SOURCES for name, probe in source().items()}

@@ -20,8 +20,10 @@ a descriptor this process kept, would show it the hidden tests. Once read, stdin
     before the course's own wrapper launches them (:mod:`course.tracks.triton_answer`);
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
     host calls) and launched by the course's own launcher;
-  - ``tt`` cells (TT-Lang, lesson 09) must pass :func:`course.lessons.tt_answer.gate` and are run with a few safe
-    built-ins and nothing else (:func:`course.lessons.tt_answer.build`);
+  - cells of a kind a lesson adds are built from their text by the function that lesson declares for the kind
+    (:data:`course.grading.exercise.CELL_BUILDERS`): ``tt`` cells (TT-Lang, lesson 09) must pass
+    :func:`course.lessons.tt_answer.gate` and are run with a few safe built-ins and nothing else
+    (:func:`course.lessons.tt_answer.build`);
 - ``tests``: the instructor's test cells, hidden tests included, run as written.
 
 ``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``.
@@ -38,6 +40,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from course.grading.exercise import CELL_BUILDERS
 
 __all__ = ["run_job", "main"]
 
@@ -100,11 +104,12 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
     return bound
 
 
-def _tt_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
-    """The names a TT-Lang cell defines, built again from its text behind the gate, or the reason it failed."""
+def _built_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """The names a cell of a lesson's own kind (a TT-Lang cell) defines, built again from its text by the lesson's
+    builder (behind its gate), or the reason it failed."""
     from course.grading.answers import FailedCell
     from course.errors import CheckFailed
-    from course.lessons.tt_answer import build
+    build = CELL_BUILDERS[answer["kind"]]
     if answer.get("source") is None:
         return {name: _missing(answer | {"names": [name]}) for name in answer["names"]}
     try:
@@ -129,7 +134,7 @@ def _namespace(job: dict) -> dict[str, Any]:
     answers = AnswerProcess(job.get("setup", []), [{"cell": a["cell"], "source": a.get("source"), "names": a["names"],
                                                     "ended": bool(a.get("ended"))} for a in python])
     namespace["__answer_process__"] = answers
-    tt_names: dict[str, Any] = {}  # what earlier TT-Lang cells defined: a later cell of the lesson calls it
+    built_names: dict[str, dict[str, Any]] = {}  # kind → what earlier cells of it defined: a later cell calls it
     for answer in job.get("answers", []):
         kind = answer["kind"]
         if kind == "python":
@@ -138,9 +143,10 @@ def _namespace(job: dict) -> dict[str, Any]:
                 namespace[name] = LiveAnswer(name, answers, answer.get("source"))
         elif kind == "triton":
             namespace.update(_triton_functions(answer))
-        elif kind == "tt":
-            built = _tt_functions(answer, namespace, tt_names)
-            tt_names.update(built)
+        elif kind in CELL_BUILDERS:  # a lesson's own kind of cell (lesson 09's TT-Lang)
+            earlier = built_names.setdefault(kind, {})
+            built = _built_functions(answer, namespace, earlier)
+            earlier.update(built)
             namespace.update(built)
         else:
             namespace[answer["names"][0]] = _kernel_module(answer)

@@ -27,11 +27,11 @@ import torch
 from course.grading.answers import NotFinished
 from course.errors import CheckFailed, CourseError
 from course.paths import shown_path
+from course.tiers import SIMULATOR_VERSION
 
 __all__ = ["SIMULATOR_VERSION", "TILE", "Run", "Unfinished", "available", "simulator", "run", "launch", "variant", "upload", "download", "causal_bias_tile",
            "Event"]
 
-SIMULATOR_VERSION = "1.1.6"
 TILE = 32
 _NEG = -1.0e30  # "minus infinity" for the causal bias: exp of it is 0, and it never makes inf - inf
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Iterable
 
 from course.grading.engines import Mistake, Report, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.models import roofline
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
 _FLOP_ARGS = [dict(n_q=1, n_k=1, d=1), dict(n_q=128, n_k=128, d=64), dict(n_q=17, n_k=129, d=32),
@@ -88,6 +88,22 @@ EXERCISES = (
     Exercise("00.attention_flops", "FLOPs of the attention forward pass", _attention_flops),
     Exercise("00.flash_intensity", "Arithmetic intensity of a fused attention kernel", _intensity),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "00.attention_flops": lambda r: dict(n_q=draw_size(r), n_k=draw_size(r), d=r.choice(HEAD_DIMS)),
+    "00.flash_intensity": lambda r: dict(n=draw_size(r), d=r.choice(HEAD_DIMS), bytes_per_element=r.choice((2, 4))),
+}
+
+MODEL_POLICY = {
+    "00.attention_flops": ModelPolicy(("course.models.roofline.attention_flops",),
+                                      "it is the course's own count, and the exercise is to count the FLOPs of the two "
+                                      "matmuls yourself"),
+    "00.flash_intensity": ModelPolicy(("course.models.roofline.flash_attention_bytes",),
+                                      "it is the course's own count of the fused kernel's bytes, which the exercise asks "
+                                      "you to count (the FLOPs may come from course.models.roofline.attention_flops)",
+                                      allowed=("course.models.roofline.attention_flops", "course.models.roofline.arithmetic_intensity")),
+}
 
 LADDERS = (
     ladder("00.attention_flops",

@@ -9,11 +9,11 @@ import torch
 
 from course.grading.checks import check_explicit_scale, naive_simt, row_kernel
 from course.grading.engines import Mistake, Report, check_attention, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case, standard_cases
 from course.models import roofline
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
 def _lesson01_cases() -> list[Case]:
@@ -73,6 +73,18 @@ EXERCISES = (
     Exercise("01.naive_metal", "The naive attention kernel in Metal", naive_simt("01.naive_metal"), isolated=True,
              takes="kernel module"),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "01.naive_bytes_read": lambda r: dict(n=draw_size(r), d=r.choice(HEAD_DIMS),
+                                          dtype=r.choice((torch.float32, torch.float16, torch.bfloat16))),
+}
+
+MODEL_POLICY = {
+    "01.naive_bytes_read": ModelPolicy(("course.models.roofline.naive_kernel_bytes_read",),
+                                       "it is the course's own count, and the exercise is to count the naive kernel's "
+                                       "reads yourself"),
+}
 
 
 _TWO_PASS = (

@@ -7,11 +7,11 @@ from typing import Iterable
 
 from course.grading.checks import F16, kernel_options, naive_simt, row_kernel, track_step
 from course.grading.engines import Mistake, Report, check_merge_states, check_softmax, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case
 from course.models import roofline
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
 def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
@@ -75,6 +75,18 @@ EXERCISES = (
              row_kernel("02.online_softmax_attention_triton", (Case(6, 129, 16, kind="peaky", seed=8),)),
              isolated=True),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "02.softmax_bytes": lambda r: dict(rows=draw_size(r), cols=draw_size(r), bytes_per_element=r.choice((2, 4)),
+                                       online=r.random() < 0.5),
+}
+
+MODEL_POLICY = {
+    "02.softmax_bytes": ModelPolicy(("course.models.roofline.softmax_bytes",),
+                                    "it is the course's own count, and the exercise is to count the passes' bytes "
+                                    "yourself"),
+}
 
 
 _ONE_PASS = (

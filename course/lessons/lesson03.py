@@ -12,12 +12,12 @@ from course.grading.answer_process import AnswerError, LiveAnswer, MemoryLimitHi
 from course.grading.checks import learner_call, tiled, track_step
 from course.grading.counters import Counters, counters
 from course.grading.engines import Mistake, Report, check_attention, check_values
-from course.grading.exercise import Exercise, TILED_RUNGS, ladder
+from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, TILED_RUNGS, draw_size, ladder
 from course.grading.recording import Recorder, Replay
 from course.inputs import Case, make_qkv
 from course.models import roofline
 
-__all__ = ["EXERCISES", "LADDERS", "MEASURED_SIZE", "MEASURED_EXERCISES", "check_measured"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY", "MEASURED_SIZE", "MEASURED_EXERCISES", "check_measured"]
 
 
 def _tiled_torch_cases() -> list[Case]:
@@ -226,6 +226,23 @@ EXERCISES = (
     Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
              lambda fn, cases=None: tiled("03.tiled_triton", fn, cases), isolated=True),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "03.tiled_bytes": lambda r: dict(n_q=draw_size(r), n_k=draw_size(r), d=r.choice(HEAD_DIMS),
+                                     block_m=r.choice((16, 32, 64, 128)), bytes_per_element=r.choice((2, 4))),
+    "03.shared_bytes": lambda r: dict(block_m=r.choice((4, 8, 16, 32, 64)), block_n=r.choice((16, 32, 48, 64, 96)),
+                                      d=r.choice(HEAD_DIMS)),
+}
+
+MODEL_POLICY = {
+    "03.tiled_bytes": ModelPolicy(("course.models.roofline.tiled_kernel_bytes",),
+                                  "it is the course's own count, and the exercise is to count the tiled kernel's "
+                                  "traffic yourself"),
+    "03.shared_bytes": ModelPolicy(("course.tracks.cuda.shared_memory_bytes",),
+                                   "it is the launcher's own count, and the exercise is to lay out the three tiles "
+                                   "yourself"),
+}
 
 LADDERS = (
     ladder("03.tiled_torch",

@@ -7,10 +7,10 @@ from typing import Iterable
 
 from course.grading.checks import tiled, track_step
 from course.grading.engines import Mistake, Report, check_values
-from course.grading.exercise import Exercise, TILED_RUNGS, ladder
+from course.grading.exercise import Exercise, ModelPolicy, TILED_RUNGS, ladder
 from course.models.memory_model import WARP, bank_conflict_ways, sectors_of_bytes, warp_column_walk
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
 def _sectors_expected(offset_bytes: int, stride_bytes: int, access_bytes: int) -> int:
@@ -87,6 +87,24 @@ EXERCISES = (
     Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",
              lambda fn, cases=None: tiled("04.double_buffer_triton", fn, cases), isolated=True),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    # Any offset, stride and width: straddles of a sector boundary among them.
+    "04.warp_sectors": lambda r: dict(offset_bytes=r.randint(0, 255), stride_bytes=r.choice((0, r.randint(1, 300))),
+                                      access_bytes=r.choice((1, 2, 4, 8, 12, 16))),
+    "04.bank_ways": lambda r: dict(row_floats=r.randint(1, 256), pad_floats=r.randint(0, 8)),
+}
+
+MODEL_POLICY = {
+    "04.warp_sectors": ModelPolicy(("course.models.memory_model.sectors_of_bytes", "course.models.memory_model.sectors_touched",
+                                    "course.models.memory_model.coalescing"),
+                                   "it is the course's memory model, and the exercise is to count the sectors yourself"),
+    "04.bank_ways": ModelPolicy(("course.models.memory_model.bank_conflict_ways", "course.models.memory_model.bank_access",
+                                 "course.models.memory_model.warp_column_walk"),
+                                "it is the course's memory model, and the exercise is to work out the conflict "
+                                "yourself"),
+}
 
 
 _PING_PONG = (

@@ -8,9 +8,9 @@ import torch
 
 from course.grading.checks import F16, tiled, track_step
 from course.grading.engines import Mistake, Report, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, ModelPolicy, ladder
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "ENUMERATED", "MODEL_POLICY"]
 
 
 def _fragment_map_entry(which: int):
@@ -48,6 +48,16 @@ EXERCISES = (
     Exercise("05.mma_triton", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
              lambda fn, cases=None: tiled("05.mma_triton", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
 )
+
+# Why the hidden tests draw nothing here, and which course functions an answer may call (course.exercises reads both).
+ENUMERATED = {"05.fragment_lane": "its visible check asks for every element of every fragment: there is nothing left "
+                                  "to draw"}
+
+MODEL_POLICY = {
+    "05.fragment_lane": ModelPolicy(("course.models.fragments.fragment_map", "course.models.fragments.lane_cells"),
+                                    "it looks the lane up in the measured map, and the exercise asks for a formula, "
+                                    "not a table"),
+}
 
 
 _SPILL = (

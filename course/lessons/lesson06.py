@@ -10,10 +10,10 @@ import torch
 from course.errors import CheckFailed
 from course.grading.checks import F16, check_explicit_scale, kernel_options, learner_call, track_step
 from course.grading.engines import Mistake, Report, check_attention, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
 def _mask(n_q: int, n_k: int, shift: int, strict: bool = False) -> torch.Tensor:
@@ -118,6 +118,24 @@ EXERCISES = (
     Exercise("06.tile_counts", "Skipped, full and diagonal tiles of causal attention", _tile_counts),
     Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "06.causal_mask": lambda r: dict(n_q=r.randint(1, 12), n_k=r.randint(1, 12), top_left=r.random() < 0.5),
+    "06.tile_counts": lambda r: dict(n_q=draw_size(r, high=600), n_k=draw_size(r, high=600),
+                                     block_m=r.choice((16, 32, 64, 128)), block_n=r.choice((16, 32, 64, 128))),
+}
+
+MODEL_POLICY = {
+    "06.causal_mask": ModelPolicy(("course.models.causal.offset",),
+                                  "it is the course's offset of each alignment, which the exercise asks you to work "
+                                  "out"),
+    "06.tile_counts": ModelPolicy(("course.models.causal.tile_counts", "course.models.causal.tile_kind",
+                                   "course.models.causal.visible_key_tiles", "course.models.causal.program_work"),
+                                  "it is the course's own tile model, and the exercise is to count the tiles yourself "
+                                  "(course.models.causal.offset may give you the offset)",
+                                  allowed=("course.models.causal.offset",)),
+}
 
 LADDERS = (
     ladder("06.causal_mask",

@@ -11,12 +11,12 @@ from course import tiers
 from course.errors import CheckFailed
 from course.grading.checks import F16, kernel_options, learner_call, track_step
 from course.grading.engines import Mistake, Report, gradients_with, case_masks, check_backward, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case
 from course.models import roofline
 from course.reference import attention, attention_backward
 
-__all__ = ["EXERCISES", "LADDERS"]
+__all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
 def _backward_simt(exercise: str, kind: str):
@@ -225,6 +225,21 @@ EXERCISES = (
     Exercise("07.backward_split_triton", "The backward pass, dQ in its own atomic-free kernel",
              lambda fn, cases=None: _backward("07.backward_split_triton", fn, cases, deterministic=True), isolated=True),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "07.backward_flops": lambda r: dict(n_q=draw_size(r), n_k=draw_size(r), d=r.choice(HEAD_DIMS),
+                                        design=r.choice(("stored_p", "atomic", "split"))),
+}
+
+MODEL_POLICY = {
+    "07.backward_flops": ModelPolicy(("course.models.roofline.backward_flops",),
+                                     "it is the course's own count, and the exercise is to count the backward's "
+                                     "products yourself"),
+    "07.differing_elements": ModelPolicy(("course.models.determinism.differing_elements",),
+                                         "it is the course's own count, and the exercise is to compare the runs' bits "
+                                         "yourself"),
+}
 
 
 _BACKWARD = (

@@ -19,11 +19,11 @@ import torch
 from course.errors import CheckFailed
 from course.grading.checks import learner_call
 from course.grading.engines import Mistake, Report, check_attention, check_values
-from course.grading.exercise import Exercise, ladder
+from course.grading.exercise import Exercise, ModelPolicy, ladder
 from course.inputs import Case
 
 __all__ = ["one_core", "grid_causal", "rows_per_step", "grid_assignment", "GRID_CORES", "key_tiles_seen",
-           "balanced_plan", "EXERCISES", "LADDERS"]
+           "balanced_plan", "EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY", "CELL_BUILDERS"]
 
 BF16 = torch.bfloat16
 GRID_CORES = 4
@@ -210,6 +210,34 @@ EXERCISES = (
     Exercise("09.grid_causal_tt", "FlashAttention on a grid of cores, causal, in TT-Lang",
              lambda fn, cases=None: grid_causal(fn, cases), takes="tt operation"),
 )
+
+# What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
+DRAWS = {
+    "09.rows_per_step": lambda r: dict(operands=r.randint(1, 6), block_cols=r.randint(1, 4), dtype_bits=r.choice((16, 32)),
+                                       full_sync=r.random() < 0.5),
+    "09.grid_assignment": lambda r: (lambda q: (q, q + r.randint(0, 8), r.randint(1, 8), r.random() < 0.8))(
+        r.randint(1, 64)),
+}
+
+MODEL_POLICY = {
+    # The lesson hands out DST's capacity (course/lessons/dst.py): the exercise is what fits in it.
+    "09.rows_per_step": ModelPolicy(allowed=("course.lessons.dst.capacity",)),
+    "09.grid_assignment": ModelPolicy(("course.lessons.lesson09.balanced_plan",),
+                                      "it is the course's own assignment, the one yours is measured against",
+                                      allowed=("course.lessons.lesson09.key_tiles_seen",)),
+}
+
+
+def _tt_cell(source: str, where: str, exercise: str, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """A TT-Lang answer cell as the re-check builds it: behind the gate, with a few safe built-ins and nothing else
+    (:func:`course.lessons.tt_answer.build`)."""
+    from course.lessons.tt_answer import build  # here, not on top: +5 ms to `import course`
+    return build(source, where, exercise, setup, earlier)
+
+
+CELL_BUILDERS = {"tt": _tt_cell}
+"""The re-check builds this lesson's TT-Lang cells (kind ``tt``) from their text (course.grading.exercise.CELL_BUILDERS)."""
+
 
 LADDERS = (
     ladder("09.one_core_tt",

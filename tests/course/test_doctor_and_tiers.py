@@ -61,6 +61,27 @@ def test_doctor_says_which_lessons_each_track_has_here():
     assert tiers._span(["01", "02", "03", "05", "07", "08"]) == "01-03, 05, 07-08"
 
 
+def test_the_lessons_of_a_track_are_those_of_the_table(tmp_path, monkeypatch):
+    """tiers sits below the tracks: it reads a track's lessons off its kernel files, which the table names one to one."""
+    from course.tracks import table
+    for track in table.TRACKS:
+        assert tiers._track_lessons(track) == sorted({r.lesson for r in table.exercises(track=track)}), track
+    (tmp_path / "cuda" / "__pycache__").mkdir(parents=True)
+    for name in ("02_online_softmax.cu", "01_naive.cu", "notes.txt", "01_naive.cu~"):
+        (tmp_path / "cuda" / name).write_text("")
+    monkeypatch.setattr(tiers, "KERNELS", tmp_path)
+    assert tiers._track_lessons("cuda") == ["01", "02"]
+    assert tiers._track_lessons("metal") == []  # no folder: no course here, and a line that says only the track
+    assert "Metal (" not in tiers._lessons_here({"Metal on the CPU runtime": True})[0]
+
+
+def test_the_simulator_lesson_09_needs_is_the_one_pyproject_pins(repo):
+    from course.lessons import dataflow
+    pins = (repo / "pyproject.toml").read_text()
+    assert f'"tt-lang-sim=={tiers.SIMULATOR_VERSION};' in pins
+    assert dataflow.SIMULATOR_VERSION == tiers.SIMULATOR_VERSION
+
+
 def test_the_triton_tier_says_why_not(monkeypatch):
     triton = pytest.importorskip("triton")  # macOS has none (.github/workflows/macos.yml runs this file there)
     ok, detail = tiers._triton_interpreter(triton.__version__)

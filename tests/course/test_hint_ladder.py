@@ -367,3 +367,19 @@ def test_a_rung_that_leads_to_a_failing_answer_is_caught(capsys):
     exec(compile(_typed(wrong, len(wrong.rungs)), "<fused>", "exec"), namespace)
     with pytest.raises(Exception, match="DST holds 8"):
         exec(compile(_visible_test(wrong), "<test>", "exec"), namespace)
+
+
+def test_the_region_and_stub_patterns_are_the_markers_and_stub_the_release_uses():
+    """``reveal`` and ``typed_answer`` read regions and stubs with course.solution_regions' patterns, which follow
+    its markers and its Python stub: what clear_solution_regions removes is what SOLUTION_REGION finds, and the
+    stub it leaves is the line PYTHON_STUB_LINE finds."""
+    from course.solution_regions import CODE_STUBS, PYTHON_STUB_LINE, SOLUTION_REGION, clear_solution_regions
+    cell = ("def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    y = x * 2\n    return y\n    ### END SOLUTION\n\n"
+            "def g():\n    // BEGIN SOLUTION\n    pass\n    // END SOLUTION\n")
+    assert SOLUTION_REGION.findall(cell) == ["    y = x * 2\n    return y\n", "    pass\n"]
+    handed_out = clear_solution_regions(cell, CODE_STUBS["python"])
+    found = PYTHON_STUB_LINE.search(handed_out)
+    assert found and found.group(1) == "    " and found.group(0) == "    # YOUR CODE HERE\n    raise NotImplementedError()"
+    assert PYTHON_STUB_LINE.search(clear_solution_regions(cell, "raise NotImplementedError()")).group(1) == "    "
+    assert PYTHON_STUB_LINE.search("raise NotImplementedError('other')") is None
+    assert SOLUTION_REGION.findall("# BEGIN SOLUTION\nx = 1\n") == []  # unclosed: no region
