@@ -19,7 +19,7 @@ from typing import Any, Callable
 from course.grading.engines import Report
 
 __all__ = ["Exercise", "Ladder", "ladder", "TILED_RUNGS", "ModelPolicy", "HEAD_DIMS", "draw_size", "PROBE_SOURCES",
-           "CELL_BUILDERS", "probes"]
+           "CELL_BUILDERS", "probes", "STOP_AT_FIRST_PASS"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,11 @@ CELL_BUILDERS: dict[str, Callable[..., dict[str, Any]]] = {}
 """Answer cells of a kind a lesson adds (a lesson module's ``CELL_BUILDERS``; lesson 09's TT-Lang cells are ``"tt"``),
 by kind: the function that builds what such a cell defines from its text as handed in,
 ``(source, where, exercise, setup, earlier) -> {name: value}`` (course.grading.recheck)."""
+
+
+STOP_AT_FIRST_PASS = False
+"""Set by the grader's re-check (course.grading.recheck) while it runs: once a track of a step passes
+(course.track_choice), the practice tracks cost time and change nothing."""
 
 
 def probes() -> dict[str, Callable]:

@@ -41,6 +41,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from course.grading import exercise as grading_run
 from course.grading.exercise import CELL_BUILDERS
 
 __all__ = ["run_job", "main"]
@@ -167,11 +168,9 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     def on_alarm(signum, frame):
         raise _TestTimeout()
 
-    import os
-    from course import track_choice
     # Both are put back when the job ends, so a run inside another process (a test) leaves it as it was.
-    stop_before = track_choice.STOP_AT_FIRST_PASS
-    track_choice.STOP_AT_FIRST_PASS = True
+    stop_before = grading_run.STOP_AT_FIRST_PASS
+    grading_run.STOP_AT_FIRST_PASS = True
     # The grader's environment says "autograde", which tells the notebook's checks to record and skip the
     # compiler; here is where the compiler runs.
     execution_before = os.environ.pop("NBGRADER_EXECUTION", None)
@@ -200,7 +199,7 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     finally:
         signal.signal(signal.SIGALRM, previous)
         namespace["__answer_process__"].close()
-        track_choice.STOP_AT_FIRST_PASS = stop_before
+        grading_run.STOP_AT_FIRST_PASS = stop_before
         if execution_before is not None:
             os.environ["NBGRADER_EXECUTION"] = execution_before
     return results

@@ -162,9 +162,9 @@ def _recorded(exercise: str, answer, monkeypatch) -> dict:
 
 
 def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_nothing(monkeypatch, capsys, repo):
-    from course import track_choice
+    from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
-    monkeypatch.setattr(track_choice, "STOP_AT_FIRST_PASS", track_choice.STOP_AT_FIRST_PASS)
+    monkeypatch.setattr(grading_run, "STOP_AT_FIRST_PASS", grading_run.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts the state back
     exercise, test = "01.naive_bytes_read", 'course.check("01.naive_bytes_read", naive_bytes_read)'
     cell = MODEL_ANSWERS[exercise][2] + "\ncourse.exercises.MODEL_POLICY.clear()\n"

@@ -61,9 +61,9 @@ def test_the_rebind_fools_the_notebooks_own_run(repo, lesson, monkeypatch):
 def test_the_recheck_takes_exactly_the_stubs_tests(repo, monkeypatch):
     """All six lessons in one re-check (one answer process): each stub's test fails with its reason, the lessons'
     other Python tests pass."""
-    from course import track_choice
+    from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
-    monkeypatch.setattr(track_choice, "STOP_AT_FIRST_PASS", track_choice.STOP_AT_FIRST_PASS)
+    monkeypatch.setattr(grading_run, "STOP_AT_FIRST_PASS", grading_run.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts it back
     merged: dict = {"setup": [], "answers": [], "tests": [], "recordings": {}}
     expected: dict[str, str | None] = {}

@@ -3,8 +3,9 @@
 Imports inside functions count as much as those at the top of a file: a lazy import hides a circle from
 Python, not from a reader, who still has to hold both modules in mind to follow either.
 
-The layers hold too: the course never imports the grader, the course's lower layers (tracks, the SIMT runtime,
-models, grading) never import its tools, and no module uses another's private (underscore) name, whether it
+The layers hold too: the course never imports the grader, no module of the course imports one of a higher layer
+(``COURSE_LAYERS``: the runtime and support at the ground, then tiers, tracks, models, grading, lessons, the learner's
+API, widgets and slides, tools), the course's lower layers never import its tools, and no module uses another's private (underscore) name, whether it
 imports the name or reads it off the module (``from x import _name`` and ``x._name`` alike).
 """
 from __future__ import annotations
@@ -232,6 +233,46 @@ def test_no_private_name_is_imported_from_another_module():
     _rule_holds({entry[1:] for entry in found}, KNOWN_PRIVATE_IMPORTS, "a private name of another module used")
 
 
+# The course's layers from the ground up, as the README's layout table tells them: a module may import its own layer
+# and those below it, never one above. (A package's __init__ re-exports for notebooks and is left out: a module's
+# package is loaded before it anyway.)
+COURSE_LAYERS = (
+    ("course.paths", "course.errors", "course.inputs", "course.reference", "course.solution_regions", "course.simt"),
+    ("course.tiers", "course.kernels", "course.device_guard"),
+    ("course.tracks",),
+    ("course.models",),
+    ("course.grading",),
+    ("course.lessons",),
+    ("course.exercises", "course.hint_ladder", "course.track_choice"),
+    ("course.widgets", "course.slides"),
+    ("course.tools", "course.__main__"),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The index in COURSE_LAYERS of the entry that ``module`` is, or sits under (the longest that matches)."""
+    found = [(len(prefix), i) for i, layer in enumerate(COURSE_LAYERS) for prefix in layer
+             if module == prefix or module.startswith(prefix + ".")]
+    return max(found)[1] if found else None
+
+
+def imports_up_a_layer(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(module, imported module) for every import of a module from a higher layer."""
+    return {(module, target) for module, targets in graph.items() if layer_of(module) is not None
+            for target in targets if layer_of(target) is not None and layer_of(target) > layer_of(module)}
+
+
+def test_every_module_of_the_course_has_a_layer():
+    graph = import_graph(REPO, ("course",))
+    assert [m for m in graph if m != "course" and layer_of(m) is None] == [], "add it to COURSE_LAYERS"
+
+
+def test_no_module_imports_one_of_a_higher_layer():
+    graph = import_graph(REPO, ("course",))
+    found = imports_up_a_layer(graph)
+    assert not found, "an import up a layer: " + "; ".join(f"{a} imports {b}" for a, b in sorted(found))
+
+
 def test_the_layer_rules_see_what_they_forbid(tmp_path):
     """Each rule above fails on a package that breaks it, imports inside functions and relative ones included."""
     for package, files in {
@@ -250,6 +291,8 @@ def test_the_layer_rules_see_what_they_forbid(tmp_path):
     assert upward_imports(graph, LOW_LAYERS, "course.tools") == {("course.tracks.table", "course.tools.lab"),
                                                                  ("course.simt.kernel", "course.tools.run")}
     assert private_imports(tmp_path, ("course", "autograder")) == {("course.tracks.table", "course.low", "_hidden")}
+    assert imports_up_a_layer(graph) == {("course.tracks.table", "course.tools.lab"),
+                                         ("course.simt.kernel", "course.tools.run")}
     with pytest.raises(AssertionError, match="course.tracks.table course.tools.lab"):
         _rule_holds(upward_imports(graph, LOW_LAYERS, "course.tools"), {("course.simt.kernel", "course.tools.run")}, "")
     with pytest.raises(AssertionError, match="remove it from this test's list"):
