@@ -22,10 +22,12 @@ from typing import Any, Callable, TypeVar
 
 from course.errors import CheckFailed
 
-__all__ = ["can_isolate", "run_isolated", "note_progress"]
+__all__ = ["can_isolate", "run_isolated", "note_progress", "kept"]
 
 T = TypeVar("T")
 _progress_fd: int | None = None  # set in the child: where note_progress writes
+_kept: dict[str, Any] = {}  # what kept() computed, here or in a child that handed it back
+_kept_in_child: dict[str, Any] | None = None  # in a child: what it computed, handed back with its result
 
 
 def can_isolate() -> bool:
@@ -41,6 +43,17 @@ def note_progress(text: str) -> None:
         os.write(_progress_fd, (text.replace("\n", " ") + "\n").encode())
 
 
+def kept(key: str, compute: Callable[[], T]) -> T:
+    """``compute()`` once per ``key`` in this process and the checks it forks: a value a child computes goes back
+    to the parent with the child's result, so the next child starts with it. For results that cost seconds and
+    depend only on what the key names (lesson 04's compile for sm_90, keyed by the kernel file's text)."""
+    if key not in _kept:
+        _kept[key] = compute()
+        if _kept_in_child is not None:
+            _kept_in_child[key] = _kept[key]
+    return _kept[key]
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 1 << 16):
@@ -50,8 +63,9 @@ def _read_all(fd: int) -> bytes:
 
 
 def _child(func: Callable[[], Any], result_fd: int, progress_fd: int) -> None:
-    global _progress_fd
+    global _progress_fd, _kept_in_child
     _progress_fd = progress_fd
+    _kept_in_child = {}
     # The parent reports a crash in a sentence; a C-level stack dump on stderr would only add noise
     # (and, under nbgrader, stderr in a test cell zeroes it regardless).
     faulthandler.disable()
@@ -69,9 +83,9 @@ def _child(func: Callable[[], Any], result_fd: int, progress_fd: int) -> None:
     except BaseException as exc:  # handed to the parent, which re-raises it
         outcome = ("error", exc)
     try:
-        payload = pickle.dumps(outcome)
+        payload = pickle.dumps((*outcome, _kept_in_child))
     except Exception as exc:  # e.g. an exception holding an unpicklable object
-        payload = pickle.dumps(("error", CheckFailed(f"{type(outcome[1]).__name__}: {outcome[1]}")))
+        payload = pickle.dumps(("error", CheckFailed(f"{type(outcome[1]).__name__}: {outcome[1]}"), {}))
     with os.fdopen(result_fd, "wb") as out:
         out.write(payload)
     os._exit(0)
@@ -115,7 +129,8 @@ def run_isolated(func: Callable[[], T], what: str) -> T:
         raise CheckFailed(f"{what}: your kernel {how}{where}."
                           + ("\n  hint: the process touched memory it does not own: memory outside a tensor was read "
                              "or written. Check the masks of your loads and stores." if memory else ""))
-    kind, value = pickle.loads(payload)
+    kind, value, computed = pickle.loads(payload)
+    _kept.update(computed)
     if kind == "error":
         raise value
     return value

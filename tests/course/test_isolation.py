@@ -8,7 +8,7 @@ import pytest
 
 import course
 from course.errors import CheckFailed
-from course.grading.isolation import can_isolate, run_isolated
+from course.grading.isolation import can_isolate, kept, run_isolated
 
 pytestmark = pytest.mark.skipif(not can_isolate(), reason="fork isolation needs Linux without an initialised CUDA context")
 
@@ -17,6 +17,28 @@ def test_results_and_exceptions_come_back():
     assert run_isolated(lambda: {"answer": 42}, "demo") == {"answer": 42}
     with pytest.raises(ZeroDivisionError):
         run_isolated(lambda: 1 / 0, "demo")
+
+
+def test_a_value_a_child_computed_is_kept_for_the_next_child(tmp_path):
+    """kept(): what one forked check computed, the next one reuses; another key is computed afresh, and a child
+    that failed still hands back what it computed before failing."""
+    calls = tmp_path / "calls"  # a file: each child is another process, so a counter in memory would not add up
+
+    def compute(value):
+        def run():
+            with calls.open("a") as log:
+                log.write(f"{value}\n")
+            return value
+        return run
+
+    key = f"test {os.getpid()} {tmp_path.name}"
+    assert run_isolated(lambda: kept(key, compute("first")), "demo") == "first"
+    assert run_isolated(lambda: kept(key, compute("second")), "demo") == "first"  # not computed again
+    assert kept(key, compute("third")) == "first"  # the parent has it too
+    with pytest.raises(ZeroDivisionError):
+        run_isolated(lambda: (kept(key + " other", compute("other")), 1 / 0), "demo")
+    assert kept(key + " other", compute("again")) == "other"
+    assert calls.read_text().split() == ["first", "other"]
 
 
 def test_a_segfault_becomes_a_check_failure_and_the_parent_lives():
