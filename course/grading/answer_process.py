@@ -37,6 +37,7 @@ import sys
 from typing import Any
 
 from course.grading.exercise import probes as course_probes
+from course.grading.recording import decode, encode
 
 __all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "MemoryLimitHit", "protect_this_process",
            "stop_every_answer_process"]
@@ -198,7 +199,6 @@ class AnswerProcess:
     def call(self, name: str, args: tuple, kwargs: dict, probe: str | None = None) -> Any:
         """``name``'s answer to ``args`` and ``kwargs``; with ``probe``, the answer of that course probe
         (:func:`course.grading.exercise.probes`) run around ``name`` in the child."""
-        from course.grading.recording import decode, encode
         if self.proc is None:
             try:
                 self._start()
@@ -330,8 +330,10 @@ def _serve() -> int:
     import contextlib
     import io
     _end_with_parent()
+    # Bound in this frame, not read off the module's globals: the answer cells run in this process (where this
+    # module is __main__) and could rebind those, changing what the replies carry; a local they cannot reach.
     from course.errors import root_cause
-    from course.grading.recording import decode, encode
+    from course.grading.recording import decode, encode  # bound here too, for the same reason
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     quiet = os.open(os.devnull, os.O_WRONLY)

@@ -41,6 +41,7 @@ from course.grading.racecheck import OutOfBounds, RaceError, Unwritten, Written,
 from course.reference import attention, attention_backward, causal_mask
 from course.simt.compiler import blank_comments
 from course.solution_regions import BEGIN_SOLUTION, REMOVED_FOR_GRADING, SolutionRegionError, clear_solution_regions
+from course.tracks import table
 
 __all__ = ["Report", "check_attention", "check_backward", "check_softmax", "check_merge_states", "check_values",
            "Mistake", "quiet", "untouched_stub", "learner_call", "gradients_with", "case_masks"]
@@ -114,7 +115,6 @@ def untouched_stub(exercise: str, code: str) -> bool:
     out of the comparison, so a learner who only edited comments (or deleted the stub line) has still
     written nothing. Any code in a region, or any other change of code, makes it not the stub.
     """
-    from course.tracks import table
     try:
         path = table.exercise(exercise).path
         reference = path.read_text()

@@ -41,8 +41,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import course
+from course.errors import CheckFailed, CourseError
 from course.grading import exercise as grading_run
+from course.grading.answer_process import AnswerProcess, LiveAnswer, protect_this_process, stop_every_answer_process
+from course.grading.answers import FailedCell, NotFinished
 from course.grading.exercise import CELL_BUILDERS
+from course.simt import RawModule
+from course.simt.magic import CompileFailed
+from course.tracks import table
+from course.tracks.triton_answer import LearnerKernels, compile_server, gate, graded_function
 
 __all__ = ["run_job", "main"]
 
@@ -55,9 +63,6 @@ class _TestTimeout(Exception):
 
 def _kernel_module(answer: dict) -> Any:
     """The learner's %%cuda / %%metal cell compiled for the CPU runtime, or the placeholder a failed compile leaves."""
-    from course.simt import RawModule
-    from course.simt.errors import CourseError
-    from course.simt.magic import CompileFailed
     name, language = answer["names"][0], answer["kind"]
     source = answer.get("source")
     if source is None:
@@ -75,16 +80,11 @@ def _kernel_module(answer: dict) -> Any:
 
 
 def _missing(answer: dict) -> Any:
-    from course.grading.answers import FailedCell
     return FailedCell(answer["names"][0], f"the answer cell {answer['cell']!r} is not in the notebook handed in")
 
 
 def _triton_functions(answer: dict) -> dict[str, Any]:
     """The course's wrappers around the learner's kernels, by the names the instructor's cell defines."""
-    from course.grading.answers import FailedCell
-    from course.errors import CheckFailed
-    from course.tracks import table
-    from course.tracks.triton_answer import LearnerKernels, gate, graded_function
     bound: dict[str, Any] = {}
     rows = {row.entry[0]: row for row in table.exercises(track="triton") if row.kernel_file == answer.get("kernel_file")}
     for name in answer["names"]:
@@ -108,8 +108,6 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
 def _built_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
     """The names a cell of a lesson's own kind (a TT-Lang cell) defines, built again from its text by the lesson's
     builder (behind its gate), or the reason it failed."""
-    from course.grading.answers import FailedCell
-    from course.errors import CheckFailed
     build = CELL_BUILDERS[answer["kind"]]
     if answer.get("source") is None:
         return {name: _missing(answer | {"names": [name]}) for name in answer["names"]}
@@ -122,10 +120,7 @@ def _built_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any
 
 
 def _namespace(job: dict) -> dict[str, Any]:
-    import course
-    from course.grading.answer_process import AnswerProcess, LiveAnswer
     if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
-        from course.tracks.triton_answer import compile_server
         compile_server().warm()  # its start-up (a Python and a Triton import) overlaps the setup cells
     namespace: dict[str, Any] = {"__name__": "__recheck__", "course": course}
     for cell in job.get("setup", []):
@@ -155,8 +150,6 @@ def _namespace(job: dict) -> dict[str, Any]:
 
 
 def _message(exc: BaseException) -> str:
-    from course.grading.answers import NotFinished
-    from course.errors import CheckFailed
     if isinstance(exc, (CheckFailed, NotFinished, AssertionError)) and str(exc):
         return str(exc)
     frames = traceback.format_exception_only(type(exc), exc)
@@ -219,7 +212,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m course.grading.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json (the job comes on stdin: "
               "a file would be readable by the learner's answer cells)", file=sys.stderr)
         return 2
-    from course.grading.answer_process import protect_this_process, stop_every_answer_process
     # The learner's Python answers run in children of this process: none may reach it, or outlive the result.
     protect_this_process()
     job = json.loads(sys.stdin.buffer.read())

@@ -23,6 +23,8 @@ import os
 import zlib
 from typing import Any, Callable
 
+from course.errors import root_cause
+
 __all__ = ["MIME", "Recorder", "Replay", "call_key", "encode", "decode", "autograding", "emit"]
 
 MIME = "application/vnd.flashattention-course.answers+json"
@@ -126,7 +128,6 @@ class Recorder:
         try:
             result = self.fn(*args, **kwargs)
         except Exception as exc:
-            from course.errors import root_cause
             self.calls[key] = {_ERROR: type(exc).__name__, "message": str(exc)[:2000],
                                "not_implemented": isinstance(root_cause(exc), NotImplementedError)}
             raise
