@@ -54,8 +54,16 @@ import torch
 from course.models import causal
 from course.errors import CheckFailed
 from course.inputs import Case
-from course.grading import isolation
 from course.tracks import triton_compile
+from course import tiers
+from course.grading import isolation
+from course.grading.racecheck import OutOfBounds, interpreter_checks, launch_source, running_program
+from course.paths import PACKAGE_ROOT
+from course.reference import attention
+from course.simt import RawModule
+from course.simt.kernel import collect_counters
+from course.tracks import cuda, metal
+from course.tracks.common import Tiles
 
 __all__ = ["CAUSAL_PROBES", "SIMT_PROBES", "MATRIX_PROBES", "PIPELINE_PROBES", "causal_tiles_triton",
            "backward_tiles_triton", "causal_tiles_simt", "matrix_units_triton", "matrix_units_simt",
@@ -113,7 +121,6 @@ def interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
     interpreted functions then) and its wrapper runs them on CPU tensors. ``fn`` may be a course
     wrapper around a learner's kernels (it keeps its module's file in ``path``) or a ``functools.partial``.
     """
-    from course import tiers
     if tiers.triton_interpreted():
         return fn
     inner, keywords = getattr(fn, "fn", fn), {}
@@ -147,7 +154,6 @@ def interpreted(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _device():
     """The tier's device: the interpreter copies GPU tensors to the host for the run and back (the GPU tier), and
     on the CPU tier the tensors are made as every Triton launch's are, so the GPU's device rules hold for them."""
-    from course import tiers
     return tiers.device()
 
 
@@ -159,13 +165,12 @@ class _selects_recorded:
     def __enter__(self):
         from triton.runtime import interpreter
 
-        from course.grading import racecheck
         self.cls = interpreter.InterpreterBuilder
         self.saved = self.cls.create_select
 
         def select(builder, cond, lhs, rhs):
             result = self.saved(builder, cond, lhs, rhs)
-            running = racecheck.running_program()
+            running = running_program()
             if running is not None:
                 launch, program = running
                 if not hasattr(launch, "selects"):
@@ -186,7 +191,6 @@ def _run_recorded(fn: Callable[..., Any], args: tuple, kwargs: dict, selects: bo
     ``selects``, each launch also holds the selects (``tl.where``) its programs ran (:class:`_selects_recorded`)."""
     import contextlib
 
-    from course.grading.racecheck import OutOfBounds, interpreter_checks
     launches: list = []
     try:
         with interpreter_checks(launches=launches), (_selects_recorded() if selects else contextlib.nullcontext()):
@@ -436,7 +440,6 @@ def backward_tiles_triton(exercise: str, fn: Callable[..., Any], split: bool,
                           probes: Iterable[Case] = CAUSAL_PROBES[1:]) -> None:
     """Lesson 07 (Triton): the dK/dV programs skip the query blocks above their keys, the dQ programs the key
     blocks past their diagonal; in the split design no launch updates memory atomically."""
-    from course.reference import attention
     run = interpreted(fn)
     for case in probes:
         q, k, v = case.tensors()
@@ -468,11 +471,6 @@ def backward_tiles_triton(exercise: str, fn: Callable[..., Any], split: bool,
 # ------------------------------------------------------------------------------------------------
 
 _SIXTEEN_BIT = ("fp16", "bf16")
-
-
-def _source(launch, line: int) -> str:
-    from course.grading.racecheck import launch_source as quoted
-    return quoted(launch, line)
 
 
 def matrix_units_triton(exercise: str, fn: Callable[..., Any],
@@ -517,7 +515,7 @@ def matrix_units_triton(exercise: str, fn: Callable[..., Any],
             if case.dtype in (torch.float16, torch.bfloat16) and wide:
                 d = wide[0]
                 raise CheckFailed(
-                    f"{where}; its tl.dot at {_source(launch, d[1])} multiplied {d[4]} by {d[5]} tiles although the "
+                    f"{where}; its tl.dot at {launch_source(launch, d[1])} multiplied {d[4]} by {d[5]} tiles although the "
                     f"inputs are "
                     f"{str(case.dtype).replace('torch.', '')}. Tensor cores multiply 16-bit operands (fp16 in, fp32 "
                     f"accumulate); with a float32 operand the product runs at a fraction of their speed, or on the "
@@ -554,8 +552,6 @@ SIMT_PROBES = {
 
 
 def _simt_forward(exercise: str, module, block_m: int, block_n: int) -> Callable[..., Any]:
-    from course.tracks import cuda, metal
-    from course.tracks.common import Tiles
     tiles = Tiles(block_m, block_n)
     if module.language == "cuda":
         return cuda.attention_function(module, exercise, tiles)
@@ -564,8 +560,6 @@ def _simt_forward(exercise: str, module, block_m: int, block_n: int) -> Callable
 
 def _simt_backward(exercise: str, module) -> Callable[..., Any]:
     """Lesson 07's split backward of a module, called as ``fn(q, k, v, causal=True)`` (O, LSE, dO made here)."""
-    from course.reference import attention
-    from course.tracks import cuda, metal
 
     def run(q, k, v, causal=True):
         forward = attention(q, k, v, causal)
@@ -580,7 +574,6 @@ def _simt_backward(exercise: str, module) -> Callable[..., Any]:
 def _key_bytes(fn: Callable[..., Any], case: Case, kernel: str = "") -> int | None:
     """Bytes of K the launches of ``fn`` on ``case`` loaded (only those of ``kernel`` when it is named), or None
     when it did not run to the end."""
-    from course.simt.kernel import collect_counters
     q, k, v = case.tensors()
     try:
         with collect_counters() as launches:
@@ -695,7 +688,6 @@ MATRIX_PROBES = {
 def _matrix_ops(fn: Callable[..., Any], case: Case) -> list | None:
     """The matrix operations (course.simt.counters.MatrixOps) of the launches of ``fn`` on ``case``, or None when
     it did not run to the end."""
-    from course.simt.kernel import collect_counters
     q, k, v = case.tensors()
     try:
         with collect_counters() as launches:
@@ -805,7 +797,6 @@ PIPELINE_PROBES = {
 def double_buffer_simt(exercise: str, module) -> None:
     """Lesson 04 (CUDA C, Metal): at most one barrier per key tile (plus one before the loop), and K and V read
     from device memory 16 bytes (a float4) per thread per load."""
-    from course.simt.kernel import collect_counters
     probe = PIPELINE_PROBES[exercise]
     case, bm, bn = probe.case, probe.block_m, probe.block_n
     q, k, v = case.tensors()
@@ -862,7 +853,6 @@ def masked_tiles_simt(exercise: str, module) -> dict[int, set[int]] | None:
     """Per block of the probe, the key tiles whose keys its rows see but that went through the mask, or None when
     the kernel cannot be measured this way (no given ``diagonal`` flag, a copy that does not compile or run, or a
     mask that does not read ``offset``: then no tile hides its keys)."""
-    from course.simt import RawModule
     probe = MASK_PROBES_SIMT[exercise]
     case, bm, bn = probe.case, probe.block_m, probe.block_n
     if module.code.count(_DIAGONAL_FLAG) != 1:
@@ -1034,8 +1024,6 @@ def _pipeline_worker() -> None:
     print(json.dumps(answer))
 
 
-
-
 def _compiled_loops(path: str, stem: str) -> dict | None:
     """What :func:`_pipeline_worker` found for the file ``path``, or None when it could not say. Once per text, in the
     notebook and in the re-check alike: a check runs in a forked child (course.grading.isolation), which hands what
@@ -1043,7 +1031,6 @@ def _compiled_loops(path: str, stem: str) -> dict | None:
     import json
     import subprocess
     from pathlib import Path
-    from course.paths import PACKAGE_ROOT
 
     text = Path(path).read_text(encoding="utf-8")
 
