@@ -29,6 +29,8 @@ from triton.runtime.jit import JITFunction
 
 # Bound when this module is imported: in the answer process that is before any answer cell runs.
 from course.grading.footprint import Footprint, SeenEnough, watch
+from course.errors import CheckFailed
+from course.tiers import device as tier_device
 
 __all__ = ["PROBES", "autograd_probe", "counting_launches", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
            "training_probe", "refused_reach", "refuse_reach"]
@@ -161,7 +163,6 @@ def train_losses(attention: Callable[..., torch.Tensor], steps: int = 8, seed: i
     function with the same gradients give the same losses, step for step, up to float rounding. The model
     and its data live on ``device``, by default the tier's (:func:`course.tiers.device`): the GPU where
     the course's kernels run natively. The weights are drawn on the CPU first, so every device starts alike."""
-    from course.tiers import device as tier_device
     device = tier_device() if device is None else device
     torch.manual_seed(seed)
     model = TinyAttentionModel(attention).to(device)
@@ -361,7 +362,6 @@ def refused_reach(source: str) -> tuple[str, int, str] | None:
 
 def refuse_reach(exercise: str, source: str | None) -> None:
     """CheckFailed, one sentence naming the line, when lesson 08's answer cell reaches past what it may use."""
-    from course.errors import CheckFailed
     found = refused_reach(source) if isinstance(source, str) else None
     if found is not None:
         what, line, why = found

@@ -28,6 +28,9 @@ from course.grading.answers import NotFinished
 from course.errors import CheckFailed, CourseError
 from course.paths import shown_path
 from course.tiers import SIMULATOR_VERSION
+from course.grading.footprint import watch
+from course.lessons import dst as dst_census
+from course.lessons.tt_answer import original_function
 
 __all__ = ["SIMULATOR_VERSION", "TILE", "Run", "Unfinished", "available", "simulator", "run", "launch", "variant", "upload", "download", "causal_bias_tile",
            "Event"]
@@ -204,7 +207,6 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
     the launcher of the attention kernels."""
     from ttl.sim.context import get_context, reset_context
     from ttl.sim.trace import ALL_CATEGORIES, set_tracing
-    from course.lessons import dst as dst_census
     reset_context()
     _DIAGNOSES.clear()
     set_tracing(ALL_CATEGORIES)
@@ -217,7 +219,6 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
             if max_elements is None:
                 operation(*arguments)
             else:
-                from course.grading.footprint import watch
                 # No tracemalloc: a gated TT-Lang cell has no way to hoard plain Python data.
                 _, seen = watch(operation, *arguments, max_elements=max_elements, python_bytes=False)
                 if seen.largest > max_elements:
@@ -230,7 +231,6 @@ def launch(operation: Callable[..., Any], *arguments: Any, name: str = "your ope
         raise
     except Exception as exc:  # noqa: BLE001 - the simulator's own errors are RuntimeError, ValueError, ...
         if any(isinstance(e, NotImplementedError) for e in _chain(exc)):  # a stub in a kernel
-            from course.lessons.tt_answer import original_function
             raise Unfinished(getattr(original_function(operation), "__name__", "the operation"),
                              _where(_DIAGNOSES[-1] if _DIAGNOSES else None, names or {})) from None
         message = _explain(exc, name, captured.getvalue(), names or {})
@@ -284,7 +284,6 @@ def variant(operation: Any, **values: Any) -> Any:
     ``@ttl.operation`` copies the function's globals when it decorates it, so assigning the module's
     ``KV_BUFFERS`` afterwards changes nothing; this decorates the original function again with new values."""
     import types
-    from course.lessons.tt_answer import original_function
     ttl, _ = simulator()
     function = original_function(operation)
     if function is operation:

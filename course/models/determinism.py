@@ -13,6 +13,9 @@ from typing import Sequence
 import torch
 
 from course.errors import CourseError
+from course.inputs import Case
+from course.reference import attention
+from course.tracks import cuda as cuda_track
 
 __all__ = ["differing_elements", "block_order_runs", "DESIGNS"]
 
@@ -33,10 +36,6 @@ def block_order_runs(design: str, runs: int = 8, n_q: int = 64, n_k: int = 256, 
     """``runs`` times (dQ, dK, dV) of the CUDA C backward ``design`` on the same float32 inputs, run ``i``
     with its blocks in the random order of seed ``i``. ``module`` is a compiled kernel module (a
     ``%%cuda`` cell); the default is the course's own kernel file for the design."""
-    from course.inputs import Case
-    from course.reference import attention
-    from course.tracks import cuda as cuda_track
-
     if design not in DESIGNS:
         raise CourseError(f"design must be 'atomic' or 'split'; got {design!r}")
     if runs < 2:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course.simt import RawModule
+
 __all__ = ["FragmentShape", "FRAGMENTS", "fragment_map", "lane_cells", "experiment_source", "owner_text"]
 
 
@@ -107,8 +109,6 @@ def _as_indices(stored: np.ndarray, top: int, what: str) -> np.ndarray:
 
 @functools.cache
 def _measure(track: str, source: str) -> tuple[np.ndarray, np.ndarray]:
-    from course.simt import RawModule
-
     shape = _shape(track)
     module = RawModule(code=source, language=track, name=_FILE_NAMES[track])
     # Start from a value no lane writes, so that a cell nobody stores to shows up.
