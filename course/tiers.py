@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 
 from course.paths import KERNELS
+from course.simt.compiler import KernelCompileError, compiler
 from course.simt.toolchain import apple_metal
 
 __all__ = ["Tier", "TierDevice", "configure", "triton_interpreted", "device", "active_tier", "detect_tiers", "report",
@@ -102,7 +103,6 @@ def _nvcc_version() -> str | None:
 
 def _cxx_version() -> str | None:
     """The C++ compiler the CPU runtime would use, as ``g++ 12.2.0``; None when there is none."""
-    from course.simt.compiler import KernelCompileError, compiler
     try:
         cxx = compiler()
         first = subprocess.run([cxx, "-dumpfullversion"], capture_output=True, text=True, timeout=30).stdout.strip()

@@ -37,6 +37,7 @@ import numpy as np
 from .errors import KernelLaunchError, quote_lines
 from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
+from .counters import read_counters
 
 __all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS",
            "collect_counters", "boundary_here", "launch_dims", "scalar_bytes"]
@@ -497,7 +498,6 @@ class RawKernel:
                 if status == 1:
                     counters = None
                     if spec.counters:
-                        from .counters import read_counters
                         counters = read_counters(lib, handle, self, spec, buffer_names)
                     seconds = lib.dll.simt_elapsed_ns(handle) / 1e9
                     if counters is not None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from course.simt import RawModule
+from course.simt import RawModule, gpu
 from course.tracks.cuda import STEPS, THREADS_PER_BLOCK, Runner, forward
 
 __all__ = ["GPU_EXERCISES", "GpuRunner", "GpuModule", "cpu_runner", "run_step", "Timing", "time_step",
@@ -49,7 +49,6 @@ class GpuRunner:
         self.seconds: list[float] = []
 
     def __call__(self, name: str, grid, block, args, shared_mem: int = 0) -> None:
-        from course.simt import gpu
         result = gpu.launch_cuda(self.source, self.path, name, grid, block, args, shared_mem=shared_mem)
         self.seconds.append(result.seconds)
 

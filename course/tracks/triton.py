@@ -19,6 +19,7 @@ import contextvars
 import functools
 from typing import Any, Callable, Iterator
 
+from course import tiers
 from course.kernels import load_triton_module
 from course.tracks import table
 from course.tracks.table import KernelExercise
@@ -59,10 +60,9 @@ def solution(row: KernelExercise, kernel_file: str | None = None, *, tuned: bool
     ``tuned=True`` (the benchmarks) runs each call inside :func:`autotune`: the autotuned kernels time their
     configs on the first call of a shape and keep the fastest. Triton's interpreter has nothing to time (it
     ignores warps and stages, and its run times say nothing about a GPU), so there ``tuned`` changes nothing."""
-    from course.tiers import triton_interpreted
     fn = getattr(load_triton_module(kernel_file or row.kernel_file), row.entry[0])
     fn = functools.partial(fn, **row.options) if row.options else fn
-    if not tuned or triton_interpreted():
+    if not tuned or tiers.triton_interpreted():
         return fn
 
     @functools.wraps(getattr(fn, "func", fn))
