@@ -8,6 +8,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:  # its own parser: python -m course run 04 --track cuda
+        # Each subcommand's module is imported once it is chosen: `python -m course --help` loads none of them.
         from course.tools.run import main as run
         return run(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m course", description="FlashAttention course tools.")
@@ -18,9 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("sync-check", help="fail if a notebook cell drifted from its kernel file")
     args = parser.parse_args(argv)
     if args.command == "doctor":
-        from course.tools.doctor import main as doctor
+        from course.tools.doctor import main as doctor  # when chosen, as `run` above
         return doctor()
-    from course.tools.sync import sync_all
+    from course.tools.sync import sync_all  # when chosen, as `run` above
     stale = sync_all(write=args.command == "sync")
     if args.command == "sync-check" and stale:
         print("out of date (run `python -m course sync`):\n  " + "\n  ".join(stale))

@@ -18,6 +18,7 @@ import io
 from typing import Any
 
 from course.errors import CheckFailed
+from course.exercises import EXERCISES, check
 from course.grading import exercise as grading_run
 from course.tracks.table import TRACK_NAMES
 
@@ -51,8 +52,6 @@ def check_tracks(step: str, *, cases: Any = None, **answers: Any):
     Passes (returns the graded track's Report) when at least one track passes; raises CheckFailed
     naming every track's problem when none does.
     """
-    from course.exercises import EXERCISES, check
-
     unknown = [t for t in answers if t not in TRACK_NAMES or exercise_for(step, t) not in EXERCISES]
     if not answers or unknown:
         offered = [t for t in TRACK_NAMES if exercise_for(step, t) in EXERCISES]

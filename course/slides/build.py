@@ -21,6 +21,7 @@ from course.slides.errors import SlideError, SourceMissing
 from course.slides.excerpt import Excerpt, excerpt, resolve
 from course.slides.figures import render_figure, widget_doc
 from course.slides.model import AllRegions, Code, Deck, Divider, Errata, Intro, Ladder, Picture, Quote, Versions
+from course.slides.pdf import print_decks
 from course.slides.sources import KernelSources, lesson, metal_errata
 from course.slides.text import esc
 
@@ -279,7 +280,6 @@ def build(out: Path = DEFAULT_OUT, kernels: Path = KERNELS, only: list[str] | No
         result.decks.append(DeckResult(deck.name, _plain(deck), html, slides))
         log(f"  {deck.name + '.html':<28} {len(slides):3d} slides")
     if pdf:
-        from course.slides.pdf import print_decks
         result.pdf_note = print_decks(result.decks, log)
     entries = _merged_manifest(out, [d.manifest() for d in result.decks], [d.name for d in decks])
     (out / "manifest.json").write_text(json.dumps({"decks": entries}, indent=1))

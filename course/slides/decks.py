@@ -13,6 +13,8 @@ original code tour got wrong (docs/metal.md), one slide each.
 """
 from __future__ import annotations
 
+from course.kernels import load_triton_module
+from course.lessons import dataflow
 from course.slides.excerpt import Step, block, match, span
 from course.slides.figures import Figure
 from course.slides.model import (AllRegions, Code, Deck, Divider, Errata, Intro, Ladder, Picture, Quote, Versions,
@@ -26,8 +28,6 @@ TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal", "tt": "TT
 
 def _one_core_runs(kernels: KernelSources) -> tuple:
     """The lesson-09 notebook's timeline input: the live one-core kernel with one and with two K/V buffers."""
-    from course.lessons import dataflow
-    from course.kernels import load_triton_module
     import torch
     kernel = load_triton_module(str(kernels.path("tt/09_one_core.py"))).one_core_attention
     gen = torch.Generator().manual_seed(9)
@@ -39,8 +39,6 @@ def _one_core_runs(kernels: KernelSources) -> tuple:
 
 def _grid_run(kernels: KernelSources) -> tuple:
     """The lesson-09 notebook's grid picture input: the live grid kernel, causal, 256 × 256 at D = 64."""
-    from course.lessons import dataflow
-    from course.kernels import load_triton_module
     import torch
     kernel = load_triton_module(str(kernels.path("tt/09_grid.py"))).grid_attention
     gen = torch.Generator().manual_seed(9)

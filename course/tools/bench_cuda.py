@@ -43,9 +43,11 @@ from course.errors import CheckFailed, CourseError
 from course.inputs import Case
 from course.kernels import kernel_path
 from course.paths import REPO
+from course.simt import gpu
 from course.tools.timing import DEFAULT_REPS, MIN_TOTAL_MS, cuda_l2_flush, forward_flops, measure_self_timed, tflops
 from course.tracks import table
 from course.tracks.cuda import STEPS, Tiles, forward, module_for
+from course.tracks.cuda_gpu import GpuRunner, run_step
 
 __all__ = ["LADDER", "TILE_CHOICES", "LadderResult", "gpu_status", "validate_cpu", "validate_gpu", "time_gpu",
            "render_markdown", "main"]
@@ -131,8 +133,6 @@ def validate_cpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callab
 
 def gpu_status() -> tuple[bool, str]:
     """Whether kernels can be launched and timed on an NVIDIA GPU here, and if not, why."""
-    from course.simt import gpu
-
     ok, why = gpu.cuda_available()
     if not ok:
         return False, why
@@ -149,14 +149,11 @@ class _GpuRunner:
         self.seconds: list[float] = []
 
     def __call__(self, name: str, grid, block, args, shared_mem: int) -> None:
-        from course.simt import gpu
-
         self.seconds.append(gpu.launch_cuda(None, self.path, name, grid, block, args, shared_mem=shared_mem).seconds)
 
 
 def _naive_on_gpu(q, k, v):
     """Lesson 01's kernel on the GPU, as check_attention calls it."""
-    from course.tracks.cuda_gpu import GpuRunner, run_step
     runner = GpuRunner(path=kernel_path(STEPS["01.naive_cuda"].kernel_file))
     return run_step("01.naive_cuda", runner, q, k, v)
 
@@ -220,8 +217,6 @@ def _time_step(exercise: str, tiles: Tiles, q, k, v, causal: bool, reps: int, fl
 
 
 def _time_naive(q, k, v, reps: int, flush: Callable[[], object]) -> float:
-    from course.simt import gpu
-
     path = str(kernel_path(STEPS["01.naive_cuda"].kernel_file))
     q, k, v = (t.float().contiguous() for t in (q, k, v))
     o = torch.empty_like(q)

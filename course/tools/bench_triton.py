@@ -64,6 +64,10 @@ from course.paths import REPO
 from course.tracks.common import MAX_HEAD_DIM
 from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_MS, Timing, cuda_l2_flush,
                                  forward_flops, measure, tflops)
+from course.exercises import check
+from course.inputs import Case
+from course.tracks import triton as triton_track
+from course.tracks.triton import STEPS, solution
 
 __all__ = [
     "Kernel", "KERNELS", "Shape", "Measurement", "Timing", "Backend", "Plan", "RunInfo", "measure", "forward_flops",
@@ -503,7 +507,6 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
 
 def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     """``fn(q, k, v, causal) → o`` for a lesson kernel, through course.tracks.triton."""
-    from course.tracks import triton as triton_track
     fn = triton_track.solution(triton_track.step(kernel.exercise), tuned=True)  # benchmarks autotune; checks never
     if kernel.key in ("03", "04", "05"):
         return lambda q, k, v, causal: fn(q, k, v)[0]
@@ -704,7 +707,6 @@ def run_gpu(plan: Plan, results: list[Measurement], backend: Backend | None = No
 
 def smoke_cases() -> dict[str, Any]:
     """One tiny case per step of the Triton track (interpreter-sized: the whole smoke takes seconds)."""
-    from course.inputs import Case
     return {
         "01.naive_triton": Case(9, 9, 16),
         "02.online_softmax_triton": Case(5, 40, 16),
@@ -722,9 +724,6 @@ def smoke_cases() -> dict[str, Any]:
 
 def run_smoke(log: Callable[[str], None] = print) -> bool:
     """course.check on every step of course.tracks.triton.STEPS with one small case; True if all pass."""
-    from course.exercises import check
-    from course.inputs import Case
-    from course.tracks.triton import STEPS, solution
 
     cases = smoke_cases()
     passed = 0

@@ -139,7 +139,7 @@ def block_step(rows: int, d_tiles: int, split: bool) -> BlockStep:
     takes a tenth of a second, a slider move should not)."""
     import torch
 
-    from course.lessons import dataflow
+    from course.lessons import dataflow  # here, not on top: +5 ms to `import course.widgets`, in every lesson
     source = block_step_source(rows, d_tiles, split)
     # A file name of its own: the census keys steps by (file, line), and the line tells which step it is.
     filename = f"<dst_explorer: {'split' if split else 'fused'} step, rows={rows}, d_tiles={d_tiles}>"
@@ -239,7 +239,7 @@ def dst_explorer():
     import ipywidgets as w
     import matplotlib.pyplot as plt
 
-    from course.lessons import dataflow
+    from course.lessons import dataflow  # here, not on top: +5 ms to `import course.widgets`, in every lesson
     dataflow.simulator()  # without it, say so now in the course's sentence, not in a traceback at each redraw
     rows = w.IntSlider(value=2, min=1, max=MAX_ROWS, description="rows", continuous_update=False)
     d_tiles = w.Dropdown(options=[(str(TILE * n), n) for n in range(1, MAX_D_TILES + 1)], value=2, description="D")
