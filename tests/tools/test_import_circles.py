@@ -7,10 +7,15 @@ The layers hold too: the course never imports the grader, no module of the cours
 (``COURSE_LAYERS``: the runtime and support at the ground, then tiers, tracks, models, grading, lessons, the learner's
 API, widgets and slides, tools), the course's lower layers never import its tools, and no module uses another's private (underscore) name, whether it
 imports the name or reads it off the module (``from x import _name`` and ``x._name`` alike).
+
+And the course's imports sit at the top of a file: one inside a function says why beside it, in a comment on its line
+or the line above (what it would cost at the top, measured, or the circle or the process set-up it keeps apart).
 """
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -321,3 +326,75 @@ def test_the_scan_sees_a_private_name_read_off_a_module(tmp_path):
                      ("course.grading.user", "course.low", "_f")}
     with pytest.raises(AssertionError, match="course.low _hidden"):
         _rule_holds({entry[1:] for entry in found}, KNOWN_PRIVATE_IMPORTS, "a private name of another module used")
+
+
+# ---- Imports inside functions: each one says why it is not at the top ------------------------------------------
+
+def unexplained_inner_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """``file:line import`` for every import of a module of ``packages`` (a relative one included) inside a function,
+    methods and nested functions included, that has no comment on its own lines and no comment line right above it.
+    A comment ending a line of code above (``if x:  # ...``) speaks of that line, not of the import."""
+    found = []
+    for path in module_files(root, packages).values():
+        text = path.read_text()
+        lines = text.splitlines()
+        commented = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(text).readline)
+                     if token.type == tokenize.COMMENT}
+        for function in ast.walk(ast.parse(text, str(path))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = ["." * node.level + (node.module or "")]
+                else:
+                    continue
+                if not any(name.startswith(".") or name.split(".")[0] in packages for name in names):
+                    continue
+                above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                if commented & set(range(node.lineno, node.end_lineno + 1)) or above.startswith("#"):
+                    continue
+                found.append((path.relative_to(root).as_posix(), node.lineno, lines[node.lineno - 1].strip()))
+    return [f"{file}:{line} {text}" for file, line, text in sorted(set(found))]
+
+
+def test_every_import_inside_a_function_of_the_course_says_why():
+    found = unexplained_inner_imports(REPO, ("course",))
+    assert not found, ("an import inside a function with no reason beside it: move it to the top of its file, or say "
+                       "on its line or the line above what the top would cost (measured, e.g. `# here, not on top: "
+                       "+12 ms to `import course``) or what it keeps apart: " + "; ".join(found))
+
+
+def test_the_scan_sees_an_import_inside_a_function_with_no_reason(tmp_path):
+    """The check above can fail: on a bare import inside a function, a method or a nested function, on one whose
+    line holds a ``#`` only inside a string, and on one below a line of code that ends with a comment; imports with
+    a comment on their line or a comment line above, and imports of other packages, pass."""
+    (tmp_path / "course").mkdir()
+    (tmp_path / "course" / "__init__.py").write_text("")
+    (tmp_path / "course" / "a.py").write_text(
+        "import os\n"
+        "from course import b\n"
+        "\n"
+        "\n"
+        "def f(x):\n"
+        "    from course import c\n"                           # 6: no reason
+        "    from . import d  # here, not on top: +3 ms to `import course`\n"
+        "    # here, not on top: course.e imports this module\n"
+        "    from course.e import g\n"
+        "    import json\n"
+        "    y = '#'; import course.h\n"                        # 11: a string, not a comment
+        "    if x:  # about the test, not the import\n"
+        "        from course import k\n"                        # 13
+        "    from course.m import (n,\n"
+        "                          o)  # the reason may end the statement\n"
+        "\n"
+        "    class Inner:\n"
+        "        async def method(self):\n"
+        "            def nested():\n"
+        "                from .p import q\n"                     # 20
+        "            return nested\n"
+        "    return y\n")
+    assert unexplained_inner_imports(tmp_path, ("course",)) == [
+        "course/a.py:6 from course import c", "course/a.py:11 y = '#'; import course.h",
+        "course/a.py:13 from course import k", "course/a.py:20 from .p import q"]
