@@ -1,9 +1,11 @@
-"""What a learner calls in a notebook: ``check(exercise_id, their_function)``.
+"""The engines behind ``course.check`` (course/exercises.py): comparing a learner's answer with the oracle.
 
-On success it prints one line and returns a :class:`Report`. On failure it raises
-:class:`~course.errors.CheckFailed` whose message is a short diagnosis: which case failed, where
-the error is, how big it is against the error budget, and a hint. In Jupyter the course shows only
-that message (no traceback); the cell still fails, which is what nbgrader grades.
+``check_attention`` runs an attention function on cases and compares it with the float64 oracle within the error
+budget; ``check_values`` compares a numeric answer with the right formula and with known mistakes. On success a check
+returns a :class:`Report` (``check`` prints its one line); on failure it raises :class:`~course.errors.CheckFailed`
+whose message is a short diagnosis: which case failed, where the error is, how big it is against the error budget,
+and a hint. In Jupyter the course shows only that message (no traceback); the cell still fails, which is what
+nbgrader grades.
 
 The engines here are generic; each lesson's module (``course/lessons/lessonNN.py``) says which cases and mistakes
 each of its exercises uses.
