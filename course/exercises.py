@@ -103,7 +103,7 @@ def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
     policy = MODEL_POLICY.get(exercise)
     if policy is None or not policy.refused:
         return graded
-    from course.grading.measured import function_source, model_references, refusing_model_calls  # here, not on top: +12 ms to `import course`
+    from course.grading.measured import function_source, model_references, refusing_model_calls  # here, not on top: +20 ms to `import course`
     if isinstance(candidate, (Replay, LiveAnswer)):
         source = getattr(candidate, "answer_source", None)  # set by course.grading.recheck from the notebook handed in
         named = model_references(source, policy.refused) if isinstance(source, str) else []

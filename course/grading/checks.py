@@ -68,7 +68,7 @@ def track_step(exercise: str):
     """A step of the CUDA C or Metal track on the CPU SIMT runtime (``kernel_steps.check_step``): its own
     cases, or the given ones under memcheck + racecheck and a random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from course.grading import measured  # here, not on top: +12 ms to `import course`
+        from course.grading import measured  # here, not on top: +20 ms to `import course`
         from course.grading import kernel_steps  # here, not on top: +6 ms to `import course` (the launchers)
         if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
             measured.causal_tiles_simt(exercise, module)
@@ -105,7 +105,7 @@ def tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.floa
     cases = list(cases) if cases is not None else forward_cases(dtype_mix)
     report = check_attention(exercise, fn, cases, with_lse=True, **kernel_options())
     check_explicit_scale(exercise, fn, Case(9, 40, 32, seed=9), 0.3, with_lse=True, **kernel_options())
-    from course.grading import measured  # here, not on top: +12 ms to `import course`
+    from course.grading import measured  # here, not on top: +20 ms to `import course`
     if exercise == "05.mma_triton":  # the lesson's technique, measured: both products on tl.dot, 16-bit operands
         measured.matrix_units_triton(exercise, fn)
     # The lesson's technique, measured: the compiled loop is pipelined. Like the compile gate, not in the notebook's

@@ -22,7 +22,7 @@ __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 def _backward_simt(exercise: str, kind: str):
     """Lesson 07's backward in CUDA C on the CPU SIMT runtime: memcheck, racecheck, random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from course.grading import measured  # here, not on top: +12 ms to `import course`
+        from course.grading import measured  # here, not on top: +20 ms to `import course`
         from course.tracks import cuda  # here, not on top: +6 ms to `import course`
         launch = cuda.backward_atomic if kind == "atomic" else cuda.backward_split
         if kind == "split":  # the dQ kernel's key tiles, measured before the values (course.grading.measured)
@@ -44,7 +44,7 @@ def _backward_cases() -> list[Case]:
 
 def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bool = False) -> Report:
     cases = list(cases) if cases is not None else _backward_cases()
-    from course.grading import measured  # here, not on top: +12 ms to `import course`
+    from course.grading import measured  # here, not on top: +20 ms to `import course`
     measured.backward_tiles_triton(exercise, fn, split=deterministic)  # tiles skipped; no atomics when split
     report = check_backward(exercise, fn, cases, **kernel_options())
     if deterministic:
