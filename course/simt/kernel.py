@@ -61,7 +61,7 @@ class LaunchResult:
     printf: str          # what the kernel printed
     seconds: float       # time the grid took in the child (not counting fork and copies)
     blocks: int
-    counters: Any = None  # with check="counters": a course.simt.counters.KernelCounters
+    counters: Any = None  # with check="counters": a course.simt.counters.LaunchCounters
     boundary: bool = False  # the grid ran behind the system-call filter (docs/simt.md, "The boundary")
 
 
@@ -71,7 +71,7 @@ _collectors: list[list] = []
 
 class collect_counters:
     """``with collect_counters() as launches: ...``: every launch of the CPU runtime inside the block runs in
-    counters mode too, and ``launches`` receives each one's KernelCounters, in order."""
+    counters mode too, and ``launches`` receives each one's LaunchCounters, in order."""
 
     def __enter__(self) -> list:
         self.launches: list = []
