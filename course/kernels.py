@@ -18,7 +18,7 @@ from types import ModuleType
 from course.errors import CourseError
 from course.paths import KERNELS, REPO
 
-__all__ = ["kernel_path", "read_source", "read_region", "load_triton_module"]
+__all__ = ["kernel_path", "read_source", "read_region", "region_names", "load_triton_module"]
 
 
 def kernel_path(ref: str) -> Path:
@@ -51,6 +51,15 @@ def read_region(ref: str, name: str) -> str:
     if not match:
         raise CourseError(f"region {name!r} not found in {ref}")
     return match.group(1)
+
+
+# A region opens with `// region: name` (`# region: name` in Python) on a line of its own.
+_REGION_START = re.compile(r"^\s*(?:#|//)\s*region:\s*(\w+)", re.M)
+
+
+def region_names(text: str) -> list[str]:
+    """The names of the regions a kernel file's ``text`` marks, in file order."""
+    return _REGION_START.findall(text)
 
 
 def load_triton_module(ref: str) -> ModuleType:

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course.errors import CourseError
-from course.kernels import read_region
+from course.kernels import read_region, region_names
 from course.paths import KERNELS, REPO, SOLUTIONS
 from course.slides.errors import SourceMissing
 
 __all__ = ["KernelSources", "Header", "Lesson", "lesson", "lesson_numbers", "Erratum", "metal_errata",
            "language_of"]
-
-_REGION = re.compile(r"^\s*(?:#|//)\s*region:\s*(\w+)", re.M)
 
 
 def language_of(path: str) -> str:
@@ -68,7 +66,7 @@ class KernelSources:
 
     def regions(self, ref: str) -> list[str]:
         """The names of the regions a file marks, in file order."""
-        return _REGION.findall(self.text(ref))
+        return region_names(self.text(ref))
 
     def region(self, ref: str, name: str) -> str:
         """The region's lines (markers excluded), read with course.kernels.read_region."""
