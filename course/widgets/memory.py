@@ -12,7 +12,7 @@ import numpy as np
 from course.models import memory_model as mm
 from course.widgets.base import interactive, show
 
-__all__ = ["MemoryPicture", "memory_picture", "memory_access_explorer", "pipeline_explorer"]
+__all__ = ["MemoryPicture", "memory_picture", "memory_access_explorer", "barrier_count", "pipeline_explorer"]
 
 PATTERNS = {"column": "column walk: lane j reads row j, column 0",
             "row": "row-wise: lane j reads element j, row after row"}
@@ -217,6 +217,15 @@ def _gantt(ax, pipeline: mm.Pipeline, colours) -> None:
     ax.set_ylim(-0.6, 1.6)
 
 
+def barrier_count(pipeline: mm.Pipeline) -> str:
+    """How many barriers ``pipeline`` has and where they come from: per tile, and any before the loop."""
+    per_tile = pipeline.barriers_per_tile
+    before = len(pipeline.barriers) - per_tile * pipeline.n_tiles
+    tiles = "one per tile" if per_tile == 1 else f"{per_tile} per tile"
+    parts = ([f"{'one' if before == 1 else before} before the loop"] if before else []) + [tiles]
+    return f"{len(pipeline.barriers)} barriers ({', '.join(parts)})"
+
+
 @interactive
 def pipeline_explorer():
     """Lesson 04: one K/V buffer against two, as a timeline of loads, computes, barriers and stalls."""
@@ -225,9 +234,11 @@ def pipeline_explorer():
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    load = w.IntSlider(value=3, min=1, max=12, description="load time", continuous_update=False)
-    compute = w.IntSlider(value=4, min=1, max=12, description="compute time", continuous_update=False)
-    tiles = w.IntSlider(value=6, min=2, max=12, description="tiles", continuous_update=False)
+    # The default description width (80 px) cuts "compute time" to "compute t…": size each label to its text.
+    wide = {"description_width": "initial"}
+    load = w.IntSlider(value=3, min=1, max=12, description="load time", continuous_update=False, style=wide)
+    compute = w.IntSlider(value=4, min=1, max=12, description="compute time", continuous_update=False, style=wide)
+    tiles = w.IntSlider(value=6, min=2, max=12, description="tiles", continuous_update=False, style=wide)
     text = w.HTML()
 
     def draw(load: int, compute: int, tiles: int) -> None:
@@ -237,8 +248,7 @@ def pipeline_explorer():
         fig, axes = plt.subplots(2, 1, figsize=(11, 4.8), sharex=True)
         for ax, p, name in zip(axes, (one, two), ("One buffer", "Two buffers (ping-pong)")):
             _gantt(ax, p, colours)
-            ax.set_title(f"{name}: makespan {p.makespan:g}, {len(p.barriers)} barriers "
-                         f"({p.barriers_per_tile} per tile)", fontsize=10)
+            ax.set_title(f"{name}: makespan {p.makespan:g}, {barrier_count(p)}", fontsize=10)
         axes[1].set_xlabel("time (units; the numbers in the boxes are tile indices)")
         axes[1].set_xlim(0, one.makespan * 1.02)
         handles = [Patch(facecolor=colours[0], label="buffer 0"), Patch(facecolor=colours[1], label="buffer 1"),
@@ -252,9 +262,9 @@ def pipeline_explorer():
             f"<p style='max-width:60em'>{tiles} tiles, load time L = {load}, compute time C = {compute}.<br>"
             f"One buffer: makespan <b>{one.makespan:g}</b> = n·(L + C): every load waits for the compute before it "
             f"to release the buffer (write-after-read), every compute for its load (read-after-write); "
-            f"{len(one.barriers)} barriers.<br>"
+            f"{barrier_count(one)}.<br>"
             f"Two buffers: makespan <b>{two.makespan:g}</b> = L + (n − 1)·max(L, C) + C: the load of tile j + 1 "
-            f"runs under the compute on tile j, and {bound}; {len(two.barriers)} barriers.<br>"
+            f"runs under the compute on tile j, and {bound}; {barrier_count(two)}.<br>"
             f"Speed-up <b>{one.makespan / two.makespan:.2f}×</b> (never more than (L + C) / max(L, C) = "
             f"{(load + compute) / max(load, compute):.2f}×).</p>")
 
