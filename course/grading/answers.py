@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
-import traceback
+from types import CodeType
 from typing import Any
 
 from course.errors import CourseError, root_cause
@@ -135,6 +135,29 @@ class _CellWatch:
         self.before = {}
 
 
+def _raised_in(error: BaseException) -> str:
+    """The name of the function that raised ``error`` as a learner knows it: a method with its class
+    (``FlashAttention.forward``, not ``forward``), a function nested in another by its own name."""
+    tb = error.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    name = getattr(code, "co_qualname", None) or _qualified_name(code, tb.tb_frame.f_globals)  # 3.10: no co_qualname
+    return name.rpartition("<locals>.")[2]
+
+
+def _qualified_name(code: CodeType, namespace: dict[str, Any]) -> str:
+    """``Class.method`` when a class in ``namespace`` (where the function was defined) holds ``code`` as a method,
+    static method or class method; else the function's own name."""
+    for owner in namespace.values():
+        if isinstance(owner, type) and any(getattr(getattr(member, "__func__", member), "__code__", None) is code
+                                           for member in vars(owner).values()):
+            return f"{owner.__name__}.{code.co_name}"
+    return code.co_name
+
+
 def unfinished_sentence(error: BaseException) -> str | None:
     """One sentence for an error whose cause is an unfinished exercise; None for any other error."""
     cause = root_cause(error)
@@ -142,8 +165,7 @@ def unfinished_sentence(error: BaseException) -> str | None:
         return str(cause)
     if not isinstance(cause, NotImplementedError):
         return None
-    frames = traceback.extract_tb(cause.__traceback__)
-    where = frames[-1].name if frames else ""
+    where = _raised_in(cause)
     if where and where != "<module>":
         return (f"This cell uses `{where}`, which is not finished yet (it still raises NotImplementedError): "
                 f"complete that exercise, run its cell, then run this cell again.")
