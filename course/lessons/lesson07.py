@@ -3,8 +3,10 @@ FLOPs, and counting the elements whose bits differ between runs.
 """
 from __future__ import annotations
 
+import random
 from typing import Iterable
 
+import numpy as np
 import torch
 
 from course import tiers
@@ -32,8 +34,93 @@ def _backward_simt(exercise: str, kind: str):
 
         def fn(*args, **kwargs):
             return launch(module, *args, **kwargs, **cuda.GRADING_LAUNCH)
-        return check_backward(exercise, fn, cases, tier="CPU SIMT runtime (memcheck + racecheck, random schedule)")
+        tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
+        return explain_split_dq(exercise, module, lambda: check_backward(exercise, fn, cases, tier=tier))
     return run
+
+
+def _split_metal(module, cases: Iterable[Case] | None = None) -> Report:
+    """Metal's split backward: the track's step check, its failure explained when the dQ kernel adds into dq."""
+    return explain_split_dq("07.backward_split_metal", module,
+                            lambda: track_step("07.backward_split_metal")(module, cases))
+
+
+# The split design's dQ kernel owns its rows: it sums them in registers and stores each once, so nothing zeroes dq
+# before it runs (the launchers hand it over holding NaN, as a GPU hands over memory holding whatever was there).
+# A kernel that adds into dq instead (atomics, the other design's way, or +=) reads what it was handed. That is
+# measured, not read off the text: the learner's dQ kernel alone, on one case, from a dq filled with 0 and with 1.
+SPLIT_DQ = {"07.backward_split_cuda": ("backward_dq", "atomicAdd", "07_backward_atomic.cu"),
+            "07.backward_split_metal": ("backward_dq", "float atomics", "07_backward_atomic.metal")}
+_DQ_PROBE = Case(17, 40, 16, causal=True, seed=1)
+
+
+def _dq_from(exercise: str, module, fill: float, case: Case = _DQ_PROBE):
+    """dq as the learner's dQ kernel leaves it when dq holds ``fill`` before the launch (Δ computed here, the
+    dK/dV kernel not run); None when the kernel does not run to the end."""
+    # here, not on top: +6 ms to `import course` (the launchers and their array helpers)
+    from course.tracks import cuda, metal
+    from course.tracks.common import backward_arrays  # as the line above
+    q, k, v = case.tensors()
+    forward = attention(q, k, v, case.causal)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7))
+    qa, ka, va, oa, la, da = backward_arrays(q, k, v, forward.o.float(), forward.lse.float(), do)
+    (n_q, d), n_k = qa.shape, ka.shape[0]
+    delta = (oa.astype(np.float64) * da).sum(axis=1).astype(np.float32)
+    dq = np.full_like(qa, fill)
+    scale = np.float32(d ** -0.5)
+    try:
+        if exercise == "07.backward_split_cuda":
+            plan = cuda.backward_plan(n_q, n_k, d, cuda.backward_constants(module))
+            module.get_function("backward_dq")(plan.q_blocks, plan.threads,
+                                               (qa, ka, va, da, la, delta, dq, n_q, n_k, d, scale, int(case.causal)),
+                                               plan.q_shared, check=("memcheck",))
+        else:
+            launches = metal.backward_launches(exercise, module, qa, ka, va, oa, la, da, dq, np.zeros_like(ka),
+                                               np.zeros_like(va), delta, float(scale), case.causal)
+            item = next(item for item in launches if item.kernel == "backward_dq")
+            module.get_function(item.kernel)(item.grid, item.threadgroup, item.args,
+                                             threadgroup_memory=item.threadgroup_bytes, check=("memcheck",))
+    except Exception:  # noqa: BLE001 - a kernel that fails here fails its value check, which says why
+        return None
+    return torch.from_numpy(dq.copy())
+
+
+def dq_added_into(exercise: str, module) -> str | None:
+    """The diagnosis of a split dQ kernel that adds into dq instead of storing its rows, or None: measured by
+    running it from a dq filled with 0 and with 1. A kernel that writes each element once returns the same dq from
+    both; one that adds into dq returns every element of its rows 1 larger from the ones."""
+    kernel, atomic, other_file = SPLIT_DQ[exercise]
+    zero, one = _dq_from(exercise, module, 0.0), _dq_from(exercise, module, 1.0)
+    if zero is None or one is None:
+        return None
+    differ = (zero != one).any(dim=1)
+    # Added into, every element of those rows comes back 1 larger; anything else (a race, say) is not this mistake.
+    if not bool(differ.any()) or not bool(((one - zero)[differ] - 1).abs().max() <= 1e-4):
+        return None
+    rows = int(differ.sum())
+    q, k, v = _DQ_PROBE.tensors()
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7))
+    want = attention_backward(q, k, v, do, _DQ_PROBE.causal)[0]
+    right = bool(torch.allclose(zero.double(), want, rtol=1e-3, atol=1e-4 * float(want.abs().max())))
+    seen = f"{rows} of {_DQ_PROBE.n_q} rows came back 1 larger"
+    return (f"your {kernel} adds into dq instead of storing its rows: run from a dq filled with 0 and then with 1, "
+            f"{seen}{', and from the zeros its dQ is right' if right else ''}. In the split design dq is not zeroed before "
+            f"the kernel, so the launch hands it over unwritten (NaN here): each block owns its BLOCK_M query rows, "
+            f"sums their dQ in registers over the key tiles and stores each row once, after the loop. Adding with "
+            f"{atomic} into a dq zeroed first is the other design, the atomic one ({other_file}).")
+
+
+def explain_split_dq(exercise: str, module, check) -> Report:
+    """``check()``; when it fails and the measurement says the dQ kernel adds into dq (:func:`dq_added_into`),
+    its failure with that diagnosis as the hint."""
+    try:
+        return check()
+    except CheckFailed as failure:
+        diagnosis = dq_added_into(exercise, module)
+        if diagnosis is None:
+            raise
+        kept = [line for line in str(failure).splitlines() if not line.strip().startswith("hint:")]
+        raise CheckFailed("\n".join(kept + [f"  hint: {diagnosis}"])) from None
 
 
 def _backward_cases() -> list[Case]:
@@ -187,21 +274,34 @@ _BIT_MISTAKES = [
 ]
 
 
-def _differing_elements(fn, cases: list | None = None) -> Report:
+def _differing_elements(fn, cases: list | None = None, arguments: Iterable[dict] | None = None) -> Report:
+    """The six runs of :func:`_bit_cases` (or ``cases``), then runs built from each of ``arguments`` (the hidden
+    test's draws, :func:`_draw_bit_runs`)."""
     from course.models.determinism import differing_elements  # here, not on top: +2.6 ms to `import course`
-    cases = cases or _bit_cases()
+    cases = list(cases or _bit_cases())
+    shown = len(cases)
+    cases += [_drawn_bit_runs(**recipe) for recipe in arguments or ()]
     returned, first_wrong = [], None
-    for text, runs in cases:
-        got = learner_call("07.differing_elements", fn, ([r.clone() for r in runs],), {}, text)
+    drawn_note = (f"\n  These runs were drawn when the check ran and the notebook shows none of them, so an answer "
+                  f"that recognises the {shown} shown sets has nothing to look up here: compare the bits of whatever "
+                  f"runs you are given.")
+    for number, (text, runs) in enumerate(cases):
+        note = drawn_note if number >= shown else ""
+        try:
+            got = learner_call("07.differing_elements", fn, ([r.clone() for r in runs],), {}, text)
+        except CheckFailed as failed:
+            if not note or first_wrong is not None:
+                raise
+            raise CheckFailed(f"{failed}{note}") from None
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = got.item()
         if not isinstance(got, int) or isinstance(got, bool):
             raise CheckFailed(f"07.differing_elements: on {text} your function returned {type(got).__name__} "
-                              f"{got!r}; expected a whole number of elements.")
+                              f"{got!r}; expected a whole number of elements.{note}")
         want = differing_elements(runs)
         returned.append((runs, got))
         if first_wrong is None and got != want:
-            first_wrong = f"07.differing_elements: on {text} your function returned {got}, expected {want}"
+            first_wrong = f"07.differing_elements: on {text} your function returned {got}, expected {want}.{note}"
     if first_wrong is None:
         return Report("07.differing_elements", len(cases))
     fits = [hint for hint, formula in _BIT_MISTAKES if all(formula(runs) == got for runs, got in returned)]
@@ -216,7 +316,7 @@ EXERCISES = (
     Exercise("07.backward_atomic_metal", "The backward pass with compare-and-swap float atomics (Metal)",
              track_step("07.backward_atomic_metal"), isolated=True, takes="kernel module"),
     Exercise("07.backward_split_metal", "The atomic-free backward in separate kernels (Metal)",
-             track_step("07.backward_split_metal"), isolated=True, takes="kernel module"),
+             _split_metal, isolated=True, takes="kernel module"),
     Exercise("07.backward_torch", "The backward pass in PyTorch from O and the LSE", _backward_torch),
     Exercise("07.backward_flops", "FLOPs of the backward: P stored, atomic dQ, split dQ", _backward_flops),
     Exercise("07.differing_elements", "Counting the elements whose bits differ between runs", _differing_elements),
@@ -226,8 +326,48 @@ EXERCISES = (
              lambda fn, cases=None: _backward("07.backward_split_triton", fn, cases, deterministic=True), isolated=True),
 )
 
+_SHOWN_BIT_SHAPES = ((6, 8), (32, 16))  # the shapes of the six sets _bit_cases shows: a drawn set never has one
+_NAN_BITS, _SIGN_BIT = 0x7F800000, 0x80000000
+
+
+def _draw_bit_runs(rng) -> dict:
+    """How to build one drawn set of runs (:func:`_drawn_bit_runs`): how many runs, their shape, and a seed."""
+    while True:
+        shape = tuple(rng.randint(1, top) for top in rng.choice(((2000,), (64, 64), (9, 9, 9), (1, 300))))
+        if shape not in _SHOWN_BIT_SHAPES:
+            return dict(runs=rng.randint(2, 8), shape=shape, seed=rng.getrandbits(62))
+
+
+def _drawn_bit_runs(runs: int, shape: tuple, seed: int) -> tuple[str, list[torch.Tensor]]:
+    """(what the runs hold, the runs): ``runs`` float32 tensors of ``shape`` with zeros of either sign, NaNs of many
+    payloads, infinities and subnormals among their values, each run after the first with its own elements changed:
+    by one ulp, by the sign bit alone (0.0 to -0.0), to a NaN of another payload, or rewritten with the same bits."""
+    rng = random.Random(seed)
+    first = [bits & 0xFFFFFFFF for bits in torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+             .reshape(-1).view(torch.int32).tolist()]
+    size = len(first)
+
+    def nan() -> int:
+        return _NAN_BITS | rng.choice((0, _SIGN_BIT)) | rng.randrange(1, 1 << 23)
+    special = (lambda: 0, lambda: _SIGN_BIT, nan, lambda: _NAN_BITS, lambda: _NAN_BITS | _SIGN_BIT, lambda: 1)
+    for i in rng.sample(range(size), rng.randint(0, max(1, size // 4))):
+        first[i] = rng.choice(special)()
+    change = (lambda b: b ^ 1, lambda b: b ^ _SIGN_BIT, lambda b: nan(), lambda b: b)
+    every = [first]
+    for _ in range(runs - 1):
+        run = list(first)
+        if rng.random() < 0.9:  # now and then a run with the same bits as the first
+            for i in rng.sample(range(size), rng.randint(1, max(1, size // 5))):
+                run[i] = rng.choice(change)(run[i])
+        every.append(run)
+    tensors = [torch.tensor([b - (1 << 32) if b & _SIGN_BIT else b for b in run], dtype=torch.int32)
+               .view(torch.float32).reshape(shape) for run in every]
+    return f"{runs} runs of a {' × '.join(map(str, shape))} float32 gradient (drawn when the check ran)", tensors
+
+
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
 DRAWS = {
+    "07.differing_elements": _draw_bit_runs,
     "07.backward_flops": lambda r: dict(n_q=draw_size(r), n_k=draw_size(r), d=r.choice(HEAD_DIMS),
                                         design=r.choice(("stored_p", "atomic", "split"))),
 }

@@ -144,4 +144,4 @@ def test_the_re_check_replays_the_recorded_draws(monkeypatch, capsys):
     with pytest.raises(CheckFailed, match="holds no drawn arguments"):
         course.check("04.warp_sectors", Replay("warp_sectors", without), arguments=given, drawn=10)
     with pytest.raises(CheckFailed, match="draws no arguments"):
-        course.check("05.fragment_lane", honest, drawn=3)
+        course.check("01.attention_torch", honest, drawn=3)

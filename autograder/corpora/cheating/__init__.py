@@ -232,7 +232,8 @@ from course.models.fragments import fragment_map
 
 
 def fragment_lane(track: str, row: int, col: int) -> int:
-    return int(fragment_map(track)[0][row, col])  # the measured map, looked up: a table, not a formula
+    lanes = fragment_map(track)[0]  # the measured map, looked up: a table, not a formula
+    return int(lanes[row % lanes.shape[0], col % lanes.shape[1]])
 """),
     "06.causal_mask": ("06_causal_masking", "causal_mask", """\
 def causal_mask(n_q: int, n_k: int, top_left: bool = False) -> torch.Tensor:
