@@ -9,7 +9,8 @@ Two habits every lesson relies on, installed when ``course`` is imported inside 
    cells do the same with ``course.simt.magic.CompileFailed``.
 2. **An unfinished exercise is one sentence, not a traceback.** A demonstration cell that calls a
    stub (``raise NotImplementedError()``, a kernel whose region is still the stub, a placeholder
-   from a failed cell) says which exercise it is waiting for. Every other error shows as usual.
+   from a failed cell) says which exercise it is waiting for, and nothing else: what it printed
+   before (a table's header) is cleared. Every other error shows as usual.
 """
 from __future__ import annotations
 
@@ -176,6 +177,10 @@ def _show(shell, etype, value, tb, tb_offset=None):
     sentence = unfinished_sentence(value)
     if sentence is None:
         return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    # What the cell printed before it reached the unfinished exercise (a table's header, a label) is half an
+    # answer: the sentence stands alone.
+    from IPython.display import clear_output  # here, not on top: only a running IPython shell gets here
+    clear_output()
     shell._showtraceback(etype, value, [sentence])
     return [sentence]
 
