@@ -17,17 +17,14 @@ setup-grade:
 setup-test:
 	@scripts/setup.sh --test
 
-# Jupyter refuses to run as root unless told; containers and fresh VMs often are root.
-ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
-
 # The learner's lab: build/lab/ holds the student notebooks and the kernels without their solutions,
 # nbgrader's instructor tools are off, and a rebuild never overwrites a file the learner changed.
 lab: setup
 	COURSE_TIER=$(TIER) $(PY) -m course.tools.lab serve
 
-# The instructor's lab: the whole repository (solutions/ included), nbgrader's tools on.
+# The instructor's lab: the whole repository (solutions/ included), nbgrader's tools on, JupyterLab's news off.
 lab-instructor: setup
-	COURSE_TIER=$(TIER) $(PY) -m jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. notebooks/00_orientation/00_orientation.ipynb
+	COURSE_TIER=$(TIER) $(PY) -m course.tools.lab instructor
 
 test: setup-test
 	$(PY) -m pytest -n 2 --dist worksteal --durations=15

@@ -81,6 +81,7 @@ class LabServer:
     port: int = 0
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     proc: subprocess.Popen | None = None
+    settings: dict = field(default_factory=lambda: dict(LAB_SETTINGS))  # user settings written before it starts
 
     @property
     def base_url(self) -> str:
@@ -91,7 +92,7 @@ class LabServer:
         return self.state / "jupyterlab.log"
 
     def start(self, timeout: float = 60.0) -> None:
-        for name, values in LAB_SETTINGS.items():
+        for name, values in self.settings.items():
             path = self.state / "settings" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))

@@ -3,6 +3,7 @@ instructor tools.
 
     python -m course.tools.lab build [--dest DIR]             (re)build the folder, default build/lab/
     python -m course.tools.lab serve [--dest DIR] [ARGS...]   build it, then run `jupyter lab ARGS` there
+    python -m course.tools.lab instructor [ARGS...]           the instructor's lab: the repository, nbgrader on
 
 The folder holds what a learner works with and nothing else:
 
@@ -29,6 +30,13 @@ defaults rather than the course's grading settings (any stderr output fails a te
 grader ignores warnings), so it could call a correct answer wrong. The test cells' ``course.check``
 is the learner's feedback.
 
+**No news pop-up.** JupyterLab's announcements plugin asks, in a notification that stays until answered,
+whether to fetch official Jupyter news; it sits over the lower right of the notebook, where the widgets'
+plots are. Both labs switch the plugin off in their ``page_config.json`` (``ANNOUNCEMENTS_PLUGIN``): no
+question, no news fetched, no update check. ``python -m course.tools.lab instructor`` (``make
+lab-instructor``) serves the repository with nbgrader on and only that plugin off, from
+``build/lab-instructor/jupyter``.
+
 The notebooks import ``course`` from the virtual environment (an editable install of this
 repository), so they run the same here as in ``notebooks/``, and ``course.paths.REPO`` still points at
 the repository (the hints and reveals read its solutions). ``.course/manifest.json`` marks the folder
@@ -50,8 +58,9 @@ from course.paths import CHECKOUT, LAB_MARKER, REPO
 from course.solution_regions import (CODE_STUBS, LEAK_MARKERS, SolutionRegionError, clear_solution_regions,
                                      file_language, has_solution_region)
 
-__all__ = ["DEFAULT_DEST", "NBGRADER_SERVER_EXTENSIONS", "NBGRADER_LAB_EXTENSION", "LabBuildError", "BuildReport",
-           "release_files", "build", "config_dir", "lab_environment", "lab_command", "main"]
+__all__ = ["DEFAULT_DEST", "INSTRUCTOR_CONFIG", "NBGRADER_SERVER_EXTENSIONS", "NBGRADER_LAB_EXTENSION",
+           "ANNOUNCEMENTS_PLUGIN", "LabBuildError", "BuildReport", "release_files", "build", "config_dir",
+           "lab_environment", "lab_command", "write_instructor_config", "instructor_command", "main"]
 
 # The lab is built from the clone the package belongs to (an installed package has no notebooks or kernels).
 _SOURCE = CHECKOUT or REPO
@@ -69,6 +78,11 @@ NBGRADER_SERVER_EXTENSIONS = (
 )
 # Disabling the package disables every plugin in it, including any a later nbgrader adds.
 NBGRADER_LAB_EXTENSION = "@jupyter/nbgrader"
+# JupyterLab's news and update check: its "get notified about official Jupyter news?" notification covers the
+# lower right of the notebook (the widgets' plots) until answered. Off in both labs.
+ANNOUNCEMENTS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+# The instructor's lab reads its page configuration from here (it serves the repository itself).
+INSTRUCTOR_CONFIG = _SOURCE / "build" / "lab-instructor" / "jupyter"
 
 _STATE = LAB_MARKER.parent.name
 _MANIFEST = LAB_MARKER.name
@@ -167,7 +181,7 @@ def _write_config(dest: Path) -> None:
     folder = config_dir(dest)
     server = {"ServerApp": {"jpserver_extensions": {name: False for name in NBGRADER_SERVER_EXTENSIONS}}}
     # Locked as well, so JupyterLab's plugin manager cannot switch them back on in this lab.
-    page = {"disabledExtensions": {NBGRADER_LAB_EXTENSION: True},
+    page = {"disabledExtensions": {NBGRADER_LAB_EXTENSION: True, ANNOUNCEMENTS_PLUGIN: True},
             "lockedExtensions": {NBGRADER_LAB_EXTENSION: True}}
     _write(folder / "jupyter_server_config.json", (json.dumps(server, indent=2) + "\n").encode())
     _write(folder / "labconfig" / "page_config.json", (json.dumps(page, indent=2) + "\n").encode())
@@ -213,14 +227,25 @@ def build(dest: Path = DEFAULT_DEST, notebooks: Path = NOTEBOOKS, kernels: Path 
     return report
 
 
-def lab_environment(dest: Path = DEFAULT_DEST, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) with the lab's configuration first on ``JUPYTER_CONFIG_PATH``."""
+def write_instructor_config(folder: Path = INSTRUCTOR_CONFIG) -> Path:
+    """The instructor's lab's Jupyter configuration in ``folder``: nbgrader stays on, the news pop-up is off."""
+    page = {"disabledExtensions": {ANNOUNCEMENTS_PLUGIN: True}}
+    _write(Path(folder) / "labconfig" / "page_config.json", (json.dumps(page, indent=2) + "\n").encode())
+    return Path(folder)
+
+
+def _with_config_path(folder: Path, environ: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ if environ is None else environ)
-    paths = [str(config_dir(dest).resolve())]
+    paths = [str(Path(folder).resolve())]
     if env.get("JUPYTER_CONFIG_PATH"):
         paths.append(env["JUPYTER_CONFIG_PATH"])
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(paths)
     return env
+
+
+def lab_environment(dest: Path = DEFAULT_DEST, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with the lab's configuration first on ``JUPYTER_CONFIG_PATH``."""
+    return _with_config_path(config_dir(dest), environ)
 
 
 def lab_command(dest: Path = DEFAULT_DEST, extra: list[str] | None = None) -> list[str]:
@@ -236,6 +261,11 @@ def lab_command(dest: Path = DEFAULT_DEST, extra: list[str] | None = None) -> li
     return cmd
 
 
+def instructor_command(extra: list[str] | None = None) -> list[str]:
+    """The ``jupyter lab`` command line of the instructor's lab: the repository, opening the first lesson."""
+    return lab_command(_SOURCE, extra)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.tools.lab",
                                      description="Build and serve the learner's lab (the student release, "
@@ -245,9 +275,17 @@ def main(argv: list[str] | None = None) -> int:
                        ("serve", "build, then start JupyterLab in the lab folder (other arguments go to jupyter lab)")):
         command = sub.add_parser(name, help=text, allow_abbrev=False)  # `--de...` may be meant for jupyter
         command.add_argument("--dest", type=Path, default=DEFAULT_DEST, help="the lab folder (default: build/lab)")
+    sub.add_parser("instructor", help="start JupyterLab on the repository with nbgrader's tools (other arguments go to "
+                                      "jupyter lab)", allow_abbrev=False)
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "serve":
+    if extra and args.command == "build":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "instructor":
+        cmd = instructor_command(extra)
+        env = _with_config_path(write_instructor_config(), None)
+        sys.stdout.flush()
+        os.execve(cmd[0], cmd, env)
+        return 0  # not reached
     try:
         report = build(args.dest)
     except LabBuildError as exc:

@@ -6,6 +6,10 @@ The learner's lab is built into a temporary folder and served with the configura
 uses; the test checks that no nbgrader menu, command, side panel or server page is there, and that a
 student notebook opens and its setup cell (``import course``) runs. The instructor's lab runs the same
 checks and must find every piece, so an absence above is not a check that cannot fail.
+
+Neither lab asks JupyterLab's "get notified about official Jupyter news?" (its notification covers the lower right
+of the widgets' plots until answered): both are served here without the browser tests' own setting that silences
+it, and a lab served with JupyterLab's defaults asks, so its absence is not a check that cannot fail either.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import re
 import pytest
 
 from browser_support import (
-    REPO, LabServer, open_notebook, read_cells, report_on_failure,
+    LAB_SETTINGS, REPO, LabServer, open_notebook, read_cells, report_on_failure,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -57,9 +61,16 @@ print(json.dumps({"cuda": ip.find_cell_magic("cuda") is not None, "metal": ip.fi
                   "repo": str(course.paths.REPO), "cwd": os.getcwd()}))"""
 
 
+# The browser tests' own settings without the one that answers the news question: whether it is asked is the labs'.
+WITH_NEWS_DEFAULTS = {name: values for name, values in LAB_SETTINGS.items() if "fetchNews" not in values}
+NEWS_QUESTION = "official Jupyter news"
+ANNOUNCEMENTS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+
+
 def _serve(root, state, jupyter_config_path: str | None) -> LabServer:
-    """A JupyterLab server on `root`, reading `jupyter_config_path` first (None: the installed defaults)."""
-    server = LabServer(root=root, state=state)
+    """A JupyterLab server on `root`, reading `jupyter_config_path` first (None: the installed defaults), with
+    JupyterLab's own default for the news question."""
+    server = LabServer(root=root, state=state, settings=WITH_NEWS_DEFAULTS)
     with pytest.MonkeyPatch.context() as env:  # the server takes its environment from this process
         if jupyter_config_path is None:
             env.delenv("JUPYTER_CONFIG_PATH", raising=False)
@@ -85,11 +96,22 @@ def learner_lab(tmp_path_factory):
 
 @pytest.fixture
 def instructor_lab(tmp_path_factory):
-    server = _serve(REPO, tmp_path_factory.mktemp("instructor-state"), None)
+    from course.tools import lab
+
+    config = lab.write_instructor_config(tmp_path_factory.mktemp("instructor-config"))
+    server = _serve(REPO, tmp_path_factory.mktemp("instructor-state"), str(config))
     try:
         yield server
     finally:
         server.stop()
+
+
+def news_question(page) -> dict:
+    """Whether JupyterLab's announcements plugin is there, and the notifications on the page that ask about news."""
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    page.evaluate("async () => { await window.jupyterapp.restored; }")
+    return {"plugin": page.evaluate(f"() => window.jupyterapp.hasPlugin({ANNOUNCEMENTS_PLUGIN!r})"),
+            "asked": page.get_by_text(NEWS_QUESTION).count()}
 
 
 def nbgrader_ui(page, server: LabServer) -> dict:
@@ -136,6 +158,8 @@ def test_the_learners_lab_has_no_nbgrader_and_runs_a_student_notebook(learner_la
         probe = json.loads(page.evaluate(_RUN_IN_KERNEL, [NOTEBOOK, _PROBE]))
         assert probe == {"cuda": True, "metal": True, "repo": str(REPO),  # hints still find the repository
                          "cwd": str((learner_lab.root / NOTEBOOK).parent.resolve())}
+        # By now (the app restored, a cell run) JupyterLab's defaults would have asked about news: the lab did not.
+        assert news_question(page) == {"plugin": False, "asked": 0}
 
 
 def test_the_instructors_lab_shows_nbgrader(instructor_lab, page):
@@ -148,3 +172,18 @@ def test_the_instructors_lab_shows_nbgrader(instructor_lab, page):
                                           "nbgrader:open-assignment-list", "nbgrader:open-course-list"}
         assert "@jupyter/nbgrader:formgrader" in found["plugins"]
         assert found["formgrader page"] in (200, 302)
+        assert news_question(page) == {"plugin": False, "asked": 0}
+
+
+def test_a_lab_with_jupyterlabs_defaults_asks_about_news(page, tmp_path_factory):
+    """The control of the two absences above: served with neither lab's configuration, JupyterLab asks."""
+    from playwright.sync_api import expect
+
+    server = _serve(tmp_path_factory.mktemp("bare-root"), tmp_path_factory.mktemp("bare-state"), None)
+    try:
+        with report_on_failure(page, server, "bare-lab-failure.png"):
+            page.goto(f"{server.base_url}/lab?reset&token={server.token}")
+            expect(page.get_by_text(NEWS_QUESTION)).to_be_visible(timeout=60_000)
+            assert news_question(page)["plugin"] is True
+    finally:
+        server.stop()
