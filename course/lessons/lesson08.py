@@ -48,9 +48,28 @@ def _built_by_wrapper(exercise: str, text: str, products: int, fused: int) -> No
                           "(scaled_dot_product_attention). The capstone runs the course's kernels: lesson 06's forward "
                           "and lesson 07's backward.")
     if products:
-        raise CheckFailed(f"{exercise}: on {text} flash_attention makes {products} matrix product(s) in PyTorch. The "
-                          "attention's arithmetic belongs to the kernels (lesson 06's forward, lesson 07's backward); "
-                          "the wrapper only shapes tensors, maps heads and sums gradients.")
+        raise CheckFailed(f"{exercise}: on {text} flash_attention makes {products} matrix product(s) in PyTorch "
+                          "(S = Q Kᵀ, or P V, outside the kernels). The attention's arithmetic belongs to the kernels "
+                          "(lesson 06's forward, lesson 07's backward); the wrapper only shapes tensors, maps heads "
+                          "and sums gradients.\n  hint: build neither the scores nor P in PyTorch: the forward "
+                          "saves O and the LSE, and lesson 07's backward recomputes P from them.")
+
+
+def _saved_scores(exercise: str, text: str, saved: list, q: torch.Tensor, k: torch.Tensor, products: int) -> None:
+    """Refuse a forward that keeps P (or the scores), Nq × Nk per head, for its backward, naming it."""
+    b, h, n_q, _ = q.shape
+    n_k = k.shape[2]
+    shape = next((tuple(s) for s in saved or () if len(s) >= 2 and tuple(s[-2:]) == (n_q, n_k)
+                  and tuple(s) not in {tuple(q.shape), tuple(k.shape)}), None)
+    if shape is None:
+        return
+    built = f", built with {products} matrix product(s) in PyTorch" if products else ""
+    raise CheckFailed(f"{exercise}: on {text} the forward saves an Nq × Nk matrix per head for the backward (shape "
+                      f"{shape}{built}): the probabilities P (or the scores they come from), as standard attention "
+                      "keeps them. FlashAttention never holds P: its forward keeps q, k, v, O and the LSE (one float "
+                      f"per query row, {(b, h, n_q)}), and its backward recomputes each block of P from them.\n"
+                      "  hint: `ctx.save_for_backward(q, k, v, o, lse)` and nothing more; recompute P in the "
+                      "backward (lesson 07's kernels do), never save it.")
 
 
 def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, text: str,
@@ -59,15 +78,23 @@ def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor,
     if not (isinstance(result, (tuple, list)) and len(result) == 6):
         raise CheckFailed(f"{exercise}: the probe of your function returned {type(result).__name__}; expected six items.")
     o, dq, dk, dv, saved, (largest, products, fused, forward_launches, backward_launches) = result
+    if not fused:
+        _saved_scores(exercise, text, saved, q, k, products)  # P kept for the backward: named, however it was built
     _built_by_wrapper(exercise, text, products, fused)
     if not isinstance(o, torch.Tensor):
         raise CheckFailed(f"{exercise}: on {text} flash_attention returned {type(o).__name__}; expected the output tensor.")
     b, h, n_q, d = q.shape
-    limit = 4 * b * h * max(n_q, k.shape[2]) * d  # bytes of an (expanded) input, as the interpreter copies them
+    # Elements, as the watch counts them. The largest tensor an honest run makes is Triton's interpreter's copy of
+    # an input as a flat buffer of bytes: 4 one-byte elements per float32 element of the largest input.
+    largest_input = b * h * max(n_q, k.shape[2]) * d
+    limit = 4 * largest_input
     if largest > limit:
-        raise CheckFailed(f"{exercise}: on {text} a PyTorch operator inside flash_attention returned {largest:,} "
-                          f"elements, more than the inputs ({limit:,} bytes) and than anything the kernels' wrapper "
-                          "needs: is the Nq × Nk score matrix built outside the kernels?")
+        raise CheckFailed(f"{exercise}: on {text} a PyTorch operator inside flash_attention built a tensor of "
+                          f"{largest:,} elements, where the kernels' wrapper never needs more than {limit:,} (the "
+                          f"largest input's {largest_input:,} elements, copied as 4 bytes each by Triton's "
+                          "interpreter): is an Nq × Nk matrix (the scores, or the probabilities P) built outside the "
+                          "kernels?\n  hint: the forward calls lesson 06's kernel and saves O and the LSE; the "
+                          "backward recomputes P in lesson 07's kernels. Neither builds P in PyTorch.")
     if saved is None:
         raise CheckFailed(f"{exercise}: on {text} the output has no torch.autograd.Function behind it: flash_attention "
                           "must return what FlashAttention.apply(...) returns, so that its own backward runs.")
