@@ -112,6 +112,10 @@ def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
         named = model_references(found[0], policy.refused, line=found[1]) if found else []
     if named:
         raise CheckFailed(policy.sentence(exercise, named[0]))
+    if isinstance(graded, LiveAnswer):
+        # Where the grade is decided: the answer runs in a process where the refused functions are absent (their code
+        # replaced and their files unreadable, course.grading.confine), so no name, loader or hook can reach them.
+        return graded.without(policy.refused, policy.sentence(exercise, "{name}"))
     if isinstance(candidate, (Replay, LiveAnswer)):  # it runs elsewhere: its text is what can be read here
         return graded
     return refusing_model_calls(graded, policy.refused, lambda name: policy.sentence(exercise, name))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -56,13 +57,13 @@ class MemoryLimitHit(AnswerError):
     """The learner's function needed more memory than :meth:`AnswerProcess.call_within` allowed it."""
 
 
-def _data_bytes(pid: int) -> int:
-    """The process's data segment now (VmData: heap and private writable mappings, what RLIMIT_DATA limits)."""
+def _status_bytes(pid: int, field: str) -> int:
+    """A size the kernel keeps for the process (``VmSize``: its address space now; ``VmPeak``: its highest)."""
     with open(f"/proc/{pid}/status") as handle:
         for line in handle:
-            if line.startswith("VmData:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
-    raise OSError(f"no VmData for process {pid}")
+    raise OSError(f"no {field} for process {pid}")
 
 
 def _out_of_memory(message: str) -> bool:
@@ -136,11 +137,30 @@ def _reap() -> None:
 class AnswerProcess:
     """The learner's Python answer cells, run after ``setup`` in a child; :meth:`call` calls one of their names."""
 
-    def __init__(self, setup: list[str], cells: list[dict]):
+    def __init__(self, setup: list[str], cells: list[dict], refused: tuple[str, ...] = (), sentence: str = "",
+                 memory_bytes: int | None = None):
         self.setup, self.cells = setup, cells
+        self.refused, self.sentence = tuple(refused), sentence
+        """Course functions absent from this process (:func:`course.grading.confine.remove_functions`), and the
+        sentence (``{name}`` for the function) a call of one raises."""
+        self.memory_bytes = memory_bytes
+        """For a measured process: how far its address space may grow past what the setup left (a hard limit set from
+        here before any answer cell runs), with no process or program started from it."""
         self.proc: subprocess.Popen | None = None
         self.defined: dict[str, str | None] = {}
         self.left_out: dict[Any, str] = {}  # cell → why it is not run (it did not finish, or ended the process)
+        self.files_hidden = False  # whether the refused functions' files were made unreadable there
+        self.address_space_at_start = 0  # a measured process's address space when its limit was set
+        self._variants: dict[tuple[str, ...], AnswerProcess] = {}
+
+    def without(self, refused: tuple[str, ...], sentence: str) -> "AnswerProcess":
+        """The same answer cells run in a process of their own where the course functions ``refused`` are absent."""
+        key = tuple(sorted(refused))
+        if key not in self._variants:
+            variant = AnswerProcess(self.setup, self.cells, key, sentence)
+            variant.left_out = dict(self.left_out)
+            self._variants[key] = variant
+        return self._variants[key]
 
     def _start(self) -> None:
         """Start the child, run the setup, then each answer cell with a time limit. A cell that does not finish, or
@@ -151,8 +171,12 @@ class AnswerProcess:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         _RUNNING.append(self)
-        self._send({"setup": self.setup})
-        self._receive(STARTUP_SECONDS)
+        self._send({"setup": self.setup, "refused": list(self.refused), "sentence": self.sentence,
+                    "measured": self.memory_bytes is not None})
+        ready = self._receive(STARTUP_SECONDS)
+        self.files_hidden = bool(isinstance(ready, dict) and ready.get("files_hidden"))
+        if self.memory_bytes is not None:
+            self._limit_address_space()
         defined: dict[str, str | None] = {}
         for cell in self.cells:
             label = cell.get("cell")
@@ -230,35 +254,52 @@ class AnswerProcess:
             raise AnswerError(message)
         return decode(reply.get("value"))
 
+    def _limit_address_space(self) -> None:
+        """Cap the child's address space at what it holds now plus :attr:`memory_bytes`: every mapping of every
+        thread counts (heap, anonymous and shared mappings, files mapped, thread stacks), the limit is hard, and the
+        child, which may start no other process, cannot raise it or spend memory elsewhere."""
+        assert self.proc is not None
+        self.address_space_at_start = _status_bytes(self.proc.pid, "VmSize")
+        limit = self.address_space_at_start + (self.memory_bytes or 0)
+        _, hard = resource.prlimit(self.proc.pid, resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:  # the sandbox's own limit, which nothing here may raise
+            limit = min(limit, hard)
+        resource.prlimit(self.proc.pid, resource.RLIMIT_AS, (limit, limit))
+
+    def peak_growth(self) -> int:
+        """How far the child's address space grew past its start at its highest (VmPeak, which the process cannot
+        reset), read from here."""
+        assert self.proc is not None
+        return _status_bytes(self.proc.pid, "VmPeak") - self.address_space_at_start
+
     def call_within(self, name: str, args: tuple, kwargs: dict, extra_bytes: int, warmup: tuple[tuple, dict]) -> Any:
-        """:meth:`call` in a fresh answer process whose data segment may grow by at most ``extra_bytes``, set from
-        here (a hard limit the learner's code cannot raise) after one ``warmup`` call has set up the libraries'
-        buffers. :class:`MemoryLimitHit` when the function needed more."""
-        if not sys.platform.startswith("linux"):  # no RLIMIT_DATA to set from outside: an ordinary call
+        """:meth:`call` in a fresh, measured answer process: before any answer cell runs there, its address space is
+        capped at what the setup left plus ``extra_bytes`` (:meth:`_limit_address_space`), and it may start no
+        process. The answer cells, one ``warmup`` call and the call itself all fit in that, or
+        :class:`MemoryLimitHit`. The same, without a limit, where the operating system has no way to set one."""
+        if not sys.platform.startswith("linux"):
             return self.call(name, args, kwargs)
-        measured = AnswerProcess(self.setup, self.cells)
+        measured = AnswerProcess(self.setup, self.cells, self.refused, self.sentence, memory_bytes=extra_bytes)
         measured.left_out = dict(self.left_out)  # what already hung or crashed is not run again
         try:
-            measured.call(name, *warmup)
-            assert measured.proc is not None
-            limit = _data_bytes(measured.proc.pid) + extra_bytes
-            import resource
-            _, hard = resource.prlimit(measured.proc.pid, resource.RLIMIT_DATA)
-            if hard != resource.RLIM_INFINITY:  # the sandbox's own limit, which nothing here may raise
-                limit = min(limit, hard)
-            resource.prlimit(measured.proc.pid, resource.RLIMIT_DATA, (limit, limit))
             try:
-                return measured.call(name, args, kwargs)
+                measured.call(name, *warmup)
+                value = measured.call(name, args, kwargs)
             except NotImplementedError:
                 raise
             except AnswerError as exc:
                 if measured.proc is None or _out_of_memory(str(exc)):
                     raise MemoryLimitHit(str(exc)) from None
                 raise
+            if measured.proc is not None and measured.peak_growth() > extra_bytes:
+                raise MemoryLimitHit(f"its address space grew by {measured.peak_growth() >> 20} MiB")
+            return value
         finally:
             measured.close()
 
     def close(self) -> None:
+        for variant in self._variants.values():
+            variant.close()
         proc, self.proc = self.proc, None
         if self in _RUNNING:
             _RUNNING.remove(self)
@@ -294,6 +335,11 @@ class LiveAnswer:
         """The same answer called inside the course probe ``probe`` (run in the answer process)."""
         return LiveAnswer(self.name, self.process, self.answer_source, probe)
 
+    def without(self, refused: tuple[str, ...], sentence: str) -> "LiveAnswer":
+        """The same answer, called in a process where the course functions ``refused`` are absent
+        (:meth:`AnswerProcess.without`); a call of one raises ``sentence`` (``{name}`` for the function)."""
+        return LiveAnswer(self.name, self.process.without(refused, sentence), self.answer_source, self.probe)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.process.call(self.name, args, kwargs, self.probe)
 
@@ -326,6 +372,18 @@ def _end_with_parent() -> None:
         os._exit(1)
 
 
+def _warm_libraries(torch: Any) -> None:
+    """Run, once and small, the operations a tiled loop uses, so that what PyTorch maps or allocates on its first use
+    of each is part of a measured process's start, not of the answer's growth."""
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        x = torch.ones(8, 8, dtype=dtype)
+        y = torch.softmax(x @ x.T, dim=1)
+        torch.logsumexp(torch.maximum(y, x).exp(), dim=1).amax()
+        torch.where(x > 0, x, -x).sum(1).log()
+        torch.cat([x, y]).to(torch.float32).split(4)
+        torch.zeros_like(x).copy_(y[:, None].squeeze(1) / 2)
+
+
 def _serve() -> int:
     import contextlib
     import io
@@ -334,6 +392,8 @@ def _serve() -> int:
     # module is __main__) and could rebind those, changing what the replies carry; a local they cannot reach.
     from course.errors import root_cause
     from course.grading.recording import decode, encode  # bound here too, for the same reason
+    # bound here too, for the same reason: an answer cell that rebinds these module names changes nothing below
+    from course.grading.confine import refuse_new_processes, remove_functions, seccomp_available
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
     quiet = os.open(os.devnull, os.O_WRONLY)
@@ -356,7 +416,16 @@ def _serve() -> int:
     for cell in job.get("setup", []):
         with contextlib.suppress(Exception):
             exec(compile(cell, "<setup>", "exec"), namespace)
-    reply({"ready": True})
+    # What the answer may not reach is taken away here, by the course's code, before any answer cell runs; the kernel
+    # holds it from then on (course.grading.confine).
+    hidden = False
+    if job.get("refused"):
+        hidden = bool(remove_functions(job["refused"], str(job.get("sentence") or "{name} is refused here")))
+    if job.get("measured"):
+        _warm_libraries(torch)
+        if seccomp_available():
+            refuse_new_processes()
+    reply({"ready": True, "files_hidden": hidden})
     for line in requests:
         request = json.loads(line)
         if "exec" in request:

@@ -3,6 +3,7 @@ under a memory limit in the re-check), its traffic, the shared memory of a block
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable
 
 import torch
@@ -16,6 +17,7 @@ from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, TILED_RUNG
 from course.grading.recording import Recorder, Replay
 from course.inputs import Case, make_qkv
 from course.models import roofline
+from course.reference import attention
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY", "MEASURED_SIZE", "MEASURED_EXERCISES", "check_measured"]
 
@@ -106,6 +108,8 @@ def _check_footprint(exercise: str, fn) -> None:
 # The keys repeat a block of 1024 (the values are not checked here), so the call's arguments cross the pipe
 # compressed to almost nothing, and decoding them costs the answer process no more than the inputs themselves.
 _LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES, _LIVE_EXTRA_BYTES = 64, 1 << 20, 1, (32, 1024), 48 << 20
+# float32 sums over 2^20 keys, against a float64 answer: loose enough for any honest loop, far below a wrong one.
+_LIVE_TOLERANCE = 1e-3
 
 
 def _long_keys(n_q: int, n_k: int, d: int, seed: int, period: int = 1024) -> tuple[torch.Tensor, ...]:
@@ -118,8 +122,8 @@ def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
     tiles = dict(block_m=bm, block_n=bn)
     inputs = _long_keys(n_q, n_k, d, seed=6)
     try:
-        fn.process.call_within(fn.name, inputs, tiles, _LIVE_EXTRA_BYTES,
-                               warmup=(_long_keys(2 * bm, 4 * bn, d, seed=7), tiles))
+        answer = fn.process.call_within(fn.name, inputs, tiles, _LIVE_EXTRA_BYTES,
+                                        warmup=(_long_keys(2 * bm, 4 * bn, d, seed=7), tiles))
     except MemoryLimitHit:
         held = sum(t.numel() * t.element_size() for t in inputs) >> 20
         strip = bm * n_k * 4
@@ -131,8 +135,36 @@ def _check_footprint_live(exercise: str, fn: LiveAnswer) -> None:
             f"{strip >> 20} MiB: your function built the score matrix, or strips of it with the softmax taken over "
             f"all the keys at once.\n"
             f"{_tiling_hint(n_k)}") from None
-    except (AnswerError, NotImplementedError):
-        return  # a function that fails here fails its value checks too, which say why
+    except (AnswerError, NotImplementedError) as exc:
+        # The rule is measured at this size only: a function that does not answer here (whatever it raised, a stub's
+        # NotImplementedError or an error a worker thread turned into another) has not shown that it keeps to it.
+        raise CheckFailed(
+            f"{exercise}: on Nq={n_q}, Nk={n_k:,}, D={d} with block_m={bm}, block_n={bn}, the case where the grader "
+            f"measures the memory your function needs (from outside your code), it did not return an answer: "
+            f"{str(exc)[:300] or type(exc).__name__}. A tiled loop answers this case like any other.\n"
+            f"{_tiling_hint(n_k)}") from None
+    _check_long_keys_answer(exercise, answer, inputs, f"on Nq={n_q}, Nk={n_k:,}, D={d}")
+
+
+def _check_long_keys_answer(exercise: str, answer: Any, inputs: tuple[torch.Tensor, ...], where: str) -> None:
+    """The measured call's answer must be the attention of its case, so that a function that answers that one case
+    cheaply (zeros, or anything but the work) gains nothing from passing under the memory limit. Its keys repeat one
+    block of 1024 (:func:`_long_keys`), so O is the attention over that block and the LSE that block's plus
+    log(repeats): the grader's own float64 answer, without an N × N matrix of its own."""
+    q, k, v = inputs
+    period = 1024
+    expected = attention(q, k[:period], v[:period])
+    expected_lse = expected.lse + math.log(k.shape[0] // period)
+    o, lse = answer if isinstance(answer, (tuple, list)) and len(answer) == 2 else (answer, None)
+    if not isinstance(o, torch.Tensor) or not isinstance(lse, torch.Tensor) or o.shape != q.shape \
+            or lse.shape != (q.shape[0],):
+        raise CheckFailed(f"{exercise}: {where}, the case the grader measures memory on, your function did not return "
+                          f"(O of shape {tuple(q.shape)}, LSE of shape ({q.shape[0]},)).")
+    error = max(float((o.double() - expected.o).abs().max()), float((lse.double() - expected_lse).abs().max()))
+    if not error <= _LIVE_TOLERANCE:
+        raise CheckFailed(f"{exercise}: {where}, the case the grader measures memory on, your function's O or LSE is "
+                          f"off by {error:.3g} (at most {_LIVE_TOLERANCE:g} passes): the memory it needed counts only "
+                          f"for an answer that is right there too.")
 
 
 def _tiled_torch(fn, cases: Iterable[Case] | None = None) -> Report:
