@@ -397,6 +397,17 @@ def _attention_guesses(q, k, v, case: Case, scale: float, explicit_scale: bool) 
                                torch.cat([v64, torch.zeros(*v64.shape[:-2], pad, d, dtype=torch.float64)], dim=-2))
             guesses.append(_Guess("the padding keys of the last block count in the softmax (a score of 0, not −inf): "
                                   "mask the keys past the end with −inf before the max and the exp.", padded))
+        if 1 not in _paddings(n_k):  # else the guess above, with one padding key, says it
+            def one_past():
+                zeros = torch.zeros(*s.shape[:-1], 1, dtype=torch.float64)
+                return _attend(torch.cat([s, zeros], dim=-1),
+                               torch.cat([v64, torch.zeros(*v64.shape[:-2], 1, d, dtype=torch.float64)], dim=-2))
+            guesses.append(_Guess("one key past the last counts in the softmax (a padding key, score 0): keys run from "
+                                  "0 to Nk − 1, so the mask keeps key j when j < Nk, not j <= Nk.", one_past))
+        if n_q < n_k:
+            guesses.append(_Guess("only the first Nq keys count: the mask compares key positions with the number of "
+                                  "queries (N_CTX_Q) where it means the number of keys (N_CTX_K).",
+                                  lambda: _attend(s[..., :n_q], v64[..., :n_q, :])))
     for block in BLOCKS:
         if block >= n_k and block > 1:
             continue  # one block holds every key: nothing is ever rescaled
@@ -460,6 +471,12 @@ def _nonfinite_hint(out64: torch.Tensor, q, k, v, case: Case, scale: float) -> s
                 fitting.append(_Guess("every weight of these rows underflows to 0, so l = 0 and O = 0/0: the max "
                                       "subtracted is larger than every score. Take the max of the scaled scores, "
                                       "scale · q·k.", lambda: None, "range"))
+    rows = _row_sets(torch.ones_like(out64, dtype=torch.bool))
+    if not fitting and bad == rows and not (case.causal and empty):
+        return (f"every row is NaN: O = acc / l with l still 0 or made NaN. Either no key was ever added (the loop "
+                f"over the key blocks never ran: it starts at key 0 and runs while a block's first key is < Nk, at "
+                f"least once for Nk = {k.shape[-2]}), or the first rescale multiplied l = 0 by inf (alpha = "
+                "exp(m_old − m_new) is exp(−inf) = 0 on the first step; exp(m_new − m_old) is inf).")
     return _pick(fitting)
 
 
@@ -528,6 +545,9 @@ def _lse_hint(lse: Any, ref: torch.Tensor, m: torch.Tensor, tol: float, rel: flo
     got = lse.detach().to("cpu", torch.float64)
     seen = torch.isfinite(ref)
     if not bool(torch.isfinite(got[seen]).all()):
+        if bool((got[seen] == float("-inf")).all()):  # O was right (it is checked first), so l > 0: m is −inf
+            return ("the output is right but the LSE is −inf in rows that see keys: m + log(l) was taken with the "
+                    "running max m still −inf. Is m updated to m_new at the end of every step?")
         return None
     zero = torch.zeros_like(ref)
     got, want, m = (torch.where(seen, t, zero) for t in (got, ref, m))

@@ -3,6 +3,7 @@ from autograder.corpora.wrong import WrongSolution
 from autograder.corpora.wrong.track_entries import kernel_answers
 
 _A = "04_double_buffering"
+_LOOP = "for start_n in tl.range(0, N_CTX_K, BLOCK_N):"
 
 # Three mistakes per track from the kernel-file corpora, each also tested there against the file; CUDA C and Metal
 # add a lazy kernel (right numbers, the lesson's technique missing), which only the measurement catches; Triton's is
@@ -50,4 +51,29 @@ WRONG = [
                   edits=(("return max(len(words) for words in words_per_bank.values())", "return len(words_per_bank)"),),
                   hint="32 divided by that"),
     # -- exercise 3: the kernel, graded on the best track; each entry attempts one track
+    # Near misses of the Triton loop, each named by its hint (the first case has Nq = Nk = 1: one key, one block).
+    WrongSolution(_A, "double_buffer_kernel_triton", "loop-stops-one-key-short",
+                  "ends the loop over key blocks one key early, so with one key it never runs",
+                  edits=((_LOOP, "for start_n in tl.range(0, N_CTX_K - 1, BLOCK_N):"),),
+                  hint="the loop over the key blocks never ran"),
+    WrongSolution(_A, "double_buffer_kernel_triton", "loop-starts-one-block-late",
+                  "starts the loop over key blocks at BLOCK_N, skipping the first block",
+                  edits=((_LOOP, "for start_n in tl.range(BLOCK_N, N_CTX_K, BLOCK_N):"),),
+                  hint="the loop over the key blocks never ran"),
+    WrongSolution(_A, "double_buffer_kernel_triton", "mask-keeps-one-key-past-the-end",
+                  "masks the keys with <= N_CTX_K, so the first padding key (score 0) counts",
+                  edits=(("(start_n + offs_n < N_CTX_K)", "(start_n + offs_n <= N_CTX_K)"),),
+                  hint="one key past the last counts in the softmax"),
+    WrongSolution(_A, "double_buffer_kernel_triton", "keys-masked-at-nq",
+                  "masks the keys against N_CTX_Q, the number of queries",
+                  edits=(("(start_n + offs_n < N_CTX_K)", "(start_n + offs_n < N_CTX_Q)"),),
+                  hint="only the first Nq keys count"),
+    WrongSolution(_A, "double_buffer_kernel_triton", "rescale-factor-inverted",
+                  "rescales with exp2(m_new − m_old), the inverse of the factor, which is inf on the first step",
+                  edits=(("alpha = tl.exp2(m - m_safe)", "alpha = tl.exp2(m_safe - m)"),),
+                  hint="the first rescale multiplied l = 0 by inf"),
+    WrongSolution(_A, "double_buffer_kernel_triton", "max-never-updated",
+                  "never stores m_new back into m, so the LSE is written with m = −inf",
+                  edits=(("        m = m_new\n", ""),),
+                  hint="Is m updated to m_new at the end of every step?"),
 ] + kernel_answers(_A, "double_buffer_kernel", _KERNEL_ENTRIES)
