@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from course.tracks.triton import autotuning  # importing course first also selects the interpreter on CPU
+from course.tracks.triton import autotuning, table_config  # importing course first also selects the interpreter on CPU
 
 
 @triton.jit
@@ -300,35 +300,64 @@ def _validate(q, k, v, o, lse, do, dq_mode: str, four_d: bool) -> None:
         raise ValueError("q, k, v, o, lse, do must all be on the same device")
 
 
+def _cfg(m: int, n: int, warps: int, stages: int) -> triton.Config:
+    return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
+
+
 def tuning_configs(head_dim: int, dtype: torch.dtype) -> dict[str, list[triton.Config]]:
     """What a benchmark's autotuner times for the dK/dV and dQ kernels (inside course.tracks.triton.autotune()):
-    the check config first, then a few neighbours, for H100-class parts. Never run by a check.
+    the check config first, then the fastest configs of the H200 sweep (docs/benchmarks.md; ``python -m
+    course.tools.sweep_backward`` repeats it on any GPU). Never run by a check.
 
-    Choices that no GPU has confirmed are kept conservative: the dK/dV kernel keeps 4 warps everywhere and
-    32 keys past D = 64, the combination an H100 ran correctly (check_config's note), and 256-wide heads keep
-    the check config alone. fp32 tiles (exact "ieee" dots on the FMA units) tune only the dQ kernel: every fp32
-    dK/dV config spills registers on sm_90, the check config too, and a larger tile spills several times more.
-    The configs vary the tile sizes and pipeline stages: block sizes are what the interpreter can prove
-    (tests/tracks/test_triton_backward_autotune.py runs every one of them), and every config added to a check config
-    compiles for sm_90 without spills (``python -m course.tools.triton_gate --lessons 07 --tuned --all-configs
-    --gqa`` shows registers and spills). None of them has been timed: that waits for a GPU.
+    The 16-bit lists hold the sweep's fastest dK/dV config, its fastest one that does not spill, and its fastest
+    dQ configs at D = 64 and 128, causal: at D = 64 the dK/dV kernel gains most from 128 × 128 tiles with 8 warps
+    (1.89× the check config), at D = 128 from 32 queries × 64 keys with 4 warps (1.42×). Every one of them gave
+    the check config's dK and dV bits on the H200 (the atomic dQ differs in its low bits, as it does run to run).
+    Those two winners spill registers in the compile gate's sm_90 build (76 to 308 bytes with Triton 3.6 and
+    3.9), and were the fastest on the H200 all the same: a timed run, not the register count, decides.
+    256-wide heads keep the check config alone. fp32 tiles (exact "ieee" dots on the FMA units) tune only the
+    dQ kernel: every fp32 dK/dV config spills registers on sm_90, the check config too, and a larger tile
+    spills several times more. Block sizes are what the interpreter can prove (tests/tracks/test_triton_backward_autotune.py runs every
+    one of them), and every config compiles for sm_90, the check configs without spills (``python -m
+    course.tools.triton_gate --lessons 07 --tuned --all-configs --gqa`` shows registers and spills).
+    Non-causal attention and other lengths were not swept: there the autotuner decides among these.
     """
     check = check_config(head_dim, dtype)
-
-    def cfg(m: int, n: int, warps: int, stages: int) -> triton.Config:
-        return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
+    cfg = _cfg
     wide = dtype == torch.float32
     if head_dim > 128:
         more = {"dkdv_kernel": [], "dq_kernel": []}
     elif head_dim > 64:
+        # H200 sweep, B4 H32 N4k D128 causal fp16 (backward ms; check config 9.39 atomic, 9.74 split): dK/dV
+        # 32×64 4 warps 2 stages 6.63 (spills: see the docstring), 16×64 4/2 7.45; dQ 64×32 4/2 7.67,
+        # 128×64 8/3 7.71, 64×64 4/2 7.72. 32×32 4/3: the autotuner's choice without the mask (N 1k, 4k).
         more = ({"dkdv_kernel": [], "dq_kernel": [cfg(32, 32, 4, 2)]} if wide else
-                {"dkdv_kernel": [cfg(32, 32, 4, 3), cfg(16, 32, 4, 2)],
-                 "dq_kernel": [cfg(128, 32, 8, 2), cfg(64, 64, 8, 2), cfg(64, 32, 4, 2)]})
+                {"dkdv_kernel": [cfg(32, 64, 4, 2), cfg(16, 64, 4, 2), cfg(32, 32, 4, 3)],
+                 "dq_kernel": [cfg(64, 32, 4, 2), cfg(128, 64, 8, 3), cfg(64, 64, 4, 2)]})
     else:
+        # H200 sweep, B1 H16 N16k D64 causal bf16 (check config 9.77 atomic, 8.03 split): dK/dV 128×128 8 warps
+        # 2 stages 5.17 (spills), 64×64 4/2 5.65; dQ: no config more than 1% faster than the check config's 8.03,
+        # so the dQ list stays small.
         more = ({"dkdv_kernel": [], "dq_kernel": [cfg(32, 64, 4, 2)]} if wide else
-                {"dkdv_kernel": [cfg(32, 64, 4, 2), cfg(64, 64, 4, 2), cfg(16, 64, 4, 3)],
-                 "dq_kernel": [cfg(128, 32, 8, 2), cfg(64, 64, 4, 2), cfg(128, 64, 8, 2)]})
+                {"dkdv_kernel": [cfg(128, 128, 8, 2), cfg(64, 64, 4, 2)],
+                 "dq_kernel": [cfg(128, 64, 8, 4), cfg(64, 64, 4, 2)]})
     return {name: [check[name]] + [c for c in more[name] if c != check[name]] for name in more}
+
+
+# The launch table: what a direct call (outside a check, outside autotune()) launches on a GPU family whose
+# measurements are recorded, instead of the check configs; nothing is timed at call time (course.tracks.triton's
+# table_config reads it). Rows: (largest head dim, causal, shortest Nq, {dq mode: {kernel: config}}), first match
+# wins, 16-bit tiles; a kernel a row does not name runs its check config.
+# sm_90, an H200 with Triton 3.6 (docs/benchmarks.md): the sweep's fastest dK/dV configs for causal attention
+# at the lengths it ran (N 16k at D 64, N 4k at D 128) and its fastest split dQ at D 128; elsewhere the configs
+# the autotuner kept at N 1k and 4k. At D = 64 no dQ config beat the check config by more than 1%.
+LAUNCH_TABLE = {
+    (9, 0): [(64, True, 8192, {"atomic": {"dkdv_kernel": _cfg(128, 128, 8, 2)}, "split": {}}),
+             (64, None, 0, {"atomic": {"dkdv_kernel": _cfg(64, 64, 4, 2)}, "split": {}}),
+             (128, True, 4096, {"atomic": {"dkdv_kernel": _cfg(32, 64, 4, 2)},
+                                "split": {"dq_kernel": _cfg(64, 32, 4, 2)}}),
+             (128, False, 0, {"atomic": {"dkdv_kernel": _cfg(32, 32, 4, 3)}, "split": {}})],
+}
 
 
 _TUNING_REGIMES = [(d, dtype) for d in (64, 128, 256) for dtype in (torch.float16, torch.float32)]
@@ -367,7 +396,8 @@ def _backward_zbnd(q, k, v, o, lse, do, causal, scale, dq_mode, configs=None):
     reads K/V entry z // group. dK and dV have K's and V's own entries, each the sum over its group, summed
     inside the dK/dV kernel: K and V are never copied per query head. ``configs`` ({kernel name:
     triton.Config}) replaces the check configs (tests and experiments); inside course.tracks.triton.autotune()
-    the dK/dV and dQ kernels are autotuned over tuning_configs instead.
+    the dK/dV and dQ kernels are autotuned over tuning_configs instead, and a direct call (outside a check) on a
+    GPU that LAUNCH_TABLE names runs its row.
     """
     z, n_q, d = q.shape
     z_kv, n_k = k.shape[0], k.shape[1]
@@ -378,7 +408,9 @@ def _backward_zbnd(q, k, v, o, lse, do, causal, scale, dq_mode, configs=None):
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     if z == 0 or n_q == 0:
         return torch.zeros_like(q), dk.zero_(), dv.zero_()
-    chosen = dict(check_config(d, q.dtype), **(configs or {}))
+    # The check configs, or in a direct call on a GPU the launch table names its row (and ``configs`` over both).
+    row = table_config(LAUNCH_TABLE, q.device, d, q.dtype, causal, n_q) if configs is None else None
+    chosen = dict(check_config(d, q.dtype), **(row or {}).get(dq_mode, {}), **(configs or {}))
     cfg = {name: config.all_kwargs() for name, config in chosen.items()}
     tuned = configs is None and autotuning()  # a benchmark: time the tuning lists, keep the fastest
     block_d = max(16, triton.next_power_of_2(d))

@@ -20,12 +20,16 @@
 # gradient of a shared head needs is made in registers. The backward allocates nothing of the size of K
 # expanded to H heads (tests/tracks/test_triton_capstone_gqa.py checks every allocation).
 #
-# Autotuning. A check runs the check configs of lessons 06 and 07. A benchmark (inside
-# course.tracks.triton.autotune()) autotunes the forward and, from what forward recorded on ctx, the
-# backward's dK/dV and dQ kernels over lesson 07's tuning_configs; the atomic dQ buffer is zeroed before
-# every timed trial, so a trial's dQ never adds into the result. No speed of these configs has been
-# measured: they were chosen without a GPU, proved on Triton's interpreter (every config's gradients)
-# and compiled for sm_90 by the compile gate (registers, no spills); a GPU run of the benchmark decides.
+# Launch configurations: three ways, none of them timed at call time except the benchmark's.
+#  - A check (course.check) runs the check configs of lessons 06 and 07, on every tier.
+#  - A direct call, such as a model calling flash_attention, runs the launch tables of lessons 06 and 07
+#    (LAUNCH_TABLE): for a GPU family the course has measured, the configs its benchmark found fastest, by
+#    head dim, causal or not and sequence length; elsewhere, and on the interpreter, the check configs.
+#    The first table is sm_90's, from an H200 (docs/benchmarks.md).
+#  - A benchmark (inside course.tracks.triton.autotune()) autotunes the forward and, from what forward
+#    recorded on ctx, the backward's dK/dV and dQ kernels over lesson 07's tuning_configs; the atomic dQ
+#    buffer is zeroed before every timed trial, so a trial's dQ never adds into the result.
+# The appendix of lesson 08's notebook tells which measurement chose which config.
 #
 # What you write: the two methods of FlashAttention (what forward saves, and how backward uses it).
 # The checks of the inputs are at the end of the file.
@@ -53,8 +57,9 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        # Whether this call autotunes (a benchmark) travels to backward on ctx: autograd may run backward on
-        # another thread, outside the autotune() block the forward ran in.
+        # How this call picks its configs (a benchmark's autotuning, a check's configs, or a direct call's launch
+        # table) travels to backward on ctx: autograd may run backward on another thread, outside the block
+        # the forward ran in.
         ctx.autotune = autotuning()
         # BEGIN SOLUTION
         o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)
@@ -67,7 +72,7 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        with autotune(ctx.autotune):  # the forward's choice: check configs, or a benchmark's autotuning
+        with autotune(ctx.autotune):  # the forward's choice: check configs, launch table, or autotuning
             # BEGIN SOLUTION
             q, k, v, o, lse = ctx.saved_tensors
             # K and V go in with their own H_kv heads: lesson 07's kernels map query head h to K/V head
@@ -87,7 +92,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     ``causal`` masks bottom-right aligned (query i sees key j ≤ i + Nk − Nq); ``scale`` defaults to
     1/sqrt(D); ``deterministic`` picks the atomic-free backward and fixed tile sizes. K and V may have
-    fewer heads than Q.
+    fewer heads than Q. On a GPU family in the launch tables of lessons 06 and 07 (sm_90 so far) a call
+    launches the configs measured fastest there; elsewhere the check configs.
     """
     _check_inputs(q, k, v, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -95,9 +101,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         # Same inputs, same bits, in any process. Besides the atomic-free dQ that needs one launch
         # configuration: an autotuner (a benchmark runs one) picks the tiles by timing, and two runs whose
         # timings differ pick different BLOCK_N, which sums the keys in another order: other low bits in O
-        # and the LSE, and so in every gradient. Here lessons 06 and 07 run their check configs (the
-        # backward follows the forward's choice, kept on ctx).
-        with autotune(False):
+        # and the LSE, and so in every gradient. Here lessons 06 and 07 run fixed configs, never timed: a
+        # check's configs inside a check, else the launch table's row for this GPU (the same on every run
+        # of one GPU model and Triton version). The backward follows the forward's choice, kept on ctx.
+        fixed = False if autotuning() is False else None
+        with autotune(fixed):
             return FlashAttention.apply(q, k, v, bool(causal), scale, True)
     return FlashAttention.apply(q, k, v, bool(causal), scale, False)
 

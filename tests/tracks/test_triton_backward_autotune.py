@@ -152,10 +152,17 @@ def test_the_capstone_autotunes_its_backward_inside_a_benchmark(trials):
     assert max(_errors([t.grad for t in leaves], oracle, plain, F16).values()) <= 1
 
 
+# Tuning configs that spill in the gate's sm_90 build and stay in the lists because a GPU timed them fastest all
+# the same (the H200 backward sweep, docs/benchmarks.md): (kernel, head dim, config).
+MEASURED_FASTEST_DESPITE_SPILLS = {("dkdv_kernel", 64, "M128 N128 w8 s2"), ("dkdv_kernel", 128, "M32 N64 w4 s2"),
+                                   ("dkdv_kernel", 64, "M64 N64 w4 s2")}  # 64×64: 44 bytes with Triton 3.6, GQA
+
+
 @pytest.mark.slow
 def test_every_tuning_config_compiles_for_sm90_without_spills():
     """The compile gate on the launches a benchmark makes (fp16, D 64 and 128, causal, with and without grouped
-    heads, atomic and split dQ): every config of the tuning lists compiles for sm_90, and none spills."""
+    heads, atomic and split dQ): every config of the tuning lists compiles for sm_90, and none spills but those a
+    GPU measured fastest anyway (MEASURED_FASTEST_DESPITE_SPILLS); the check configs never do."""
     from course.tracks.triton_compile import Matrix, run_gate
     report = run_gate(Matrix(lessons=("07_backward",), dtypes=("fp16",), head_dims=(64, 128), causal=(True,),
                              targets=(90,), gqa=True, tuned=True, all_configs=True))
@@ -169,5 +176,10 @@ def test_every_tuning_config_compiles_for_sm90_without_spills():
             for c in configs:
                 label = f"M{c.kwargs['BLOCK_M']} N{c.kwargs['BLOCK_N']} w{c.num_warps} s{c.num_stages}"
                 assert {(kernel, d, False, label), (kernel, d, True, label)} <= compiled, (kernel, d, label)
-    spilling = [f"{r.label}: {r.spills} bytes" for r in rows if r.spills]
+    spilling = [f"{r.label}: {r.spills} bytes" for r in rows
+                if r.spills and (r.kernel, r.head_dim, r.config) not in MEASURED_FASTEST_DESPITE_SPILLS]
     assert not spilling and all(r.regs and r.regs <= 255 for r in rows), spilling
+    check = load_triton_module("triton/07_backward").check_config
+    checks = {(kernel, d, f"M{c.kwargs['BLOCK_M']} N{c.kwargs['BLOCK_N']} w{c.num_warps} s{c.num_stages}")
+              for d in (64, 128) for kernel, c in check(d, torch.float16).items() if kernel != "preprocess_delta_kernel"}
+    assert not [r.label for r in rows if r.spills and (r.kernel, r.head_dim, r.config) in checks]
