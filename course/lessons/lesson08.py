@@ -225,3 +225,211 @@ LADDERS = (
            "each group of query heads, not taken from one of them.",
            cell="08_capstone/flash_attention_triton"),
 )
+
+
+# ==================================================================================================================
+# The fp8 forward (kernels/triton/08_fp8_forward.py): Q, K and V in 8 bits, descaled in the kernel, and the
+# exercises around it: a format and a scale, the error of a score, the formats' bits.
+# ==================================================================================================================
+
+import math  # noqa: E402  (this block's own imports, kept beside it)
+from dataclasses import dataclass  # noqa: E402
+
+from course.grading.checks import kernel_options  # noqa: E402
+from course.grading.exercise import ModelPolicy  # noqa: E402
+from course.models import fp8  # noqa: E402
+from course.reference import causal_mask  # noqa: E402
+
+_FP8 = "08.fp8_forward_triton"
+
+
+@dataclass(frozen=True)
+class Fp8Case:
+    """One input of the fp8 forward's check: Q (batch, heads, Nq, D), K and V (batch, kv_heads, Nk, D).
+
+    ``kind``: ``normal`` (standard normal values, float16), ``large`` (K and V far beyond e4m3's 448, float16: an
+    fp8 cast without a scale clips them) or ``outlier`` (float32; a few keys with one channel near 2^17, the
+    "massive activations" of large models, which Q never reads: scaled onto e4m3 every other value of K falls
+    below its normal range, so K, and Q with it, goes to e5m2)."""
+    batch: int
+    heads: int
+    kv_heads: int
+    n_q: int
+    n_k: int
+    d: int
+    causal: bool = False
+    kind: str = "normal"
+    seed: int = 0
+
+    def describe(self) -> str:
+        heads = f"H={self.heads}" + (f" over H_kv={self.kv_heads}" if self.kv_heads != self.heads else "")
+        return (f"B={self.batch}, {heads}, Nq={self.n_q}, Nk={self.n_k}, D={self.d} ({self.kind}, "
+                f"{'causal' if self.causal else 'not causal'}, seed={self.seed})")
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed)
+        q = torch.randn(self.batch, self.heads, self.n_q, self.d, generator=gen)
+        k = torch.randn(self.batch, self.kv_heads, self.n_k, self.d, generator=gen)
+        v = torch.randn(self.batch, self.kv_heads, self.n_k, self.d, generator=gen)
+        if self.kind == "large":
+            return q.half(), (k * 600).half(), (v * 900).half()
+        if self.kind == "outlier":
+            q[..., 0] = 0.0                                      # no query reads the outlier channel
+            k[..., ::7, 0] = 2.0 ** 17                           # every seventh key carries the massive value
+            return q, k, v
+        return q.half(), k.half(), v.half()
+
+
+def _fp8_cases() -> list[Fp8Case]:
+    return [Fp8Case(1, 2, 2, 17, 40, 32, seed=1), Fp8Case(2, 4, 2, 65, 33, 64, causal=True, seed=2),
+            Fp8Case(1, 2, 1, 33, 70, 16, causal=True, kind="large", seed=3),
+            Fp8Case(1, 2, 2, 40, 40, 64, kind="outlier", seed=4), Fp8Case(1, 1, 1, 1, 1, 32, seed=5)]
+
+
+def _formats(q, k, v, all_e4m3: bool = False) -> tuple[fp8.Format, fp8.Format, fp8.Format]:
+    """The formats the kernel's wrapper picks: Q and K share the wider of their two choices (one product)."""
+    if all_e4m3:
+        return fp8.E4M3, fp8.E4M3, fp8.E4M3
+    qk = max(fp8.choose_format(q), fp8.choose_format(k), key=lambda f: f.binades)
+    return qk, qk, fp8.choose_format(v)
+
+
+def _scores(q, k, causal: bool, scale: float) -> torch.Tensor:
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~causal_mask(s.shape[-2], s.shape[-1]), float("-inf"))
+    return s
+
+
+def _oracle(q, k, v, group: int, causal: bool, scale: float, p_scale_kept: float = 1.0):
+    """(O, LSE, P) in float64 of float64 inputs, K and V repeated over each group of query heads."""
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = _scores(q, k, causal, scale)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
+    return (p @ v) * p_scale_kept, lse, p
+
+
+# What the kernel computes if the descaling (or the quantisation in front of it) goes wrong in one of the ways
+# learners get it wrong: each builds the dequantised inputs that mistake amounts to and a sentence naming it.
+_FP8_MISTAKES = {
+    "qk-not-descaled": "the scores are not descaled: Q8·K8ᵀ is the product of the scaled tensors, so it must be "
+                       "multiplied by Q's and K's descales (amax / max of each head) along with the softmax scale.",
+    "qk-descaled-twice": "the descales of Q and K are applied twice: they multiply the scores once, folded into "
+                         "qk_scale (Q8·dq · K8·dk = dq·dk · Q8·K8).",
+    "v-not-descaled": "O is missing V's descale: P·V8 is the product with the scaled V, so O must be multiplied by V's "
+                      "descale (folded into o_scale).",
+    "v-descaled-twice": "V's descale is applied twice: O = (dv / l) · P·V8 takes it once.",
+    "p-scale-kept": "O is P_SCALE times too large: P went into the second product as P · P_SCALE, so o_scale "
+                    "divides it out again.",
+}
+
+
+def _fp8_inputs(q, k, v, mistake: str = ""):
+    """The dequantised Q, K, V (float64) the kernel computes with, and V's format; with ``mistake`` the ones that
+    mistake computes with instead. (The quantisation itself, the format and the scale, is the course's wrapper's,
+    which a kernel exercise never replaces: its mistakes are graded by 08.fp8_scale.)"""
+    formats = _formats(q, k, v)
+    out = []
+    for x, f in zip((q, k, v), formats):
+        x8, descale = fp8.quantize_per_head(x, f)
+        power = {"qk-not-descaled": 0, "qk-descaled-twice": 2}.get(mistake, 1) if x is not v else \
+            {"v-not-descaled": 0, "v-descaled-twice": 2}.get(mistake, 1)
+        out.append(x8.double() * descale.double()[..., None, None] ** power)
+    return (*out, formats[2])
+
+
+def _fp8_budget(p: torch.Tensor, v: torch.Tensor, o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, group: int,
+                scale: float, v_format: fp8.Format) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O's budget, the LSE's budget), element by element, derived from the formats.
+
+    The oracle runs on the dequantised inputs, so what the formats did to Q, K and V is not charged to the kernel.
+    What the kernel still rounds:
+
+    - the scores: fp8 × fp8 products are exact in float32 (3 + 3 mantissa bits < 24); the sums of D of them round,
+      |Δs| ≤ γ_D · scale · Σ_d |q_d k_d|, γ_D = D·2^-24 / (1 - D·2^-24) (course.models.fp8.score_error_bound); a
+      weight p = exp(s - LSE) moves by a factor e^(2|Δs|) at most, and exp2 in float32 adds 2^-20;
+    - P, cast to V's format as P · P_SCALE: at most u = 2^-(M+1) of a weight in the normal range (1/16 for e4m3,
+      1/8 for e5m2) and half the subnormal step below it, summed with |v| (course.models.fp8.p_rounding_bound);
+    - O, written in float16: 2^-11 of |O|, and the float32 sums of the accumulator, n_k·2^-24 of Σ p |v|.
+
+    The LSE moves with the largest score error of its row, plus float32's rounding of m + log2(l): 2^-20 · (|LSE|+1).
+    """
+    k_rep = k.repeat_interleave(group, dim=1)
+    ds = fp8.score_error_bound(q, k_rep, scale)
+    ds = torch.where(torch.isfinite(p) & (p > 0), ds, torch.zeros_like(ds)).amax(dim=-1, keepdim=True)
+    relative = torch.expm1(2 * ds) + 2.0 ** -20 + k.shape[-2] * 2.0 ** -24
+    p_bound = fp8.p_rounding_bound(p, v.repeat_interleave(group, dim=1), v_format, fp8.P_SCALES[v_format.name],
+                                   relative=relative)
+    return p_bound + 2.0 ** -11 * o.abs() + 1e-30, ds[..., 0] + 2.0 ** -20
+
+
+def _fp8_forward(fn, cases: Iterable[Fp8Case] | None = None) -> Report:
+    """The kernel's O and LSE against the float64 oracle on the dequantised inputs, within the formats' budget."""
+    cases = list(cases) if cases is not None else _fp8_cases()
+    options = kernel_options()
+    worst = 0.0
+    for case in cases:
+        text = case.describe()
+        q, k, v = case.tensors()
+        group = case.heads // case.kv_heads
+        scale = 1.0 / math.sqrt(case.d)
+        result = learner_call(_FP8, fn, tuple(t.to(options["device"]) for t in (q, k, v)),
+                              dict(causal=case.causal), text)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(t, torch.Tensor)
+                                                                               for t in result)):
+            raise CheckFailed(f"{_FP8}: on {text} your function returned {type(result).__name__}; expected a pair "
+                              "(o, lse) of tensors.")
+        o, lse = (t.detach().cpu().double() for t in result)
+        if tuple(o.shape) != tuple(q.shape) or tuple(lse.shape) != tuple(q.shape[:3]):
+            raise CheckFailed(f"{_FP8}: on {text} O has shape {tuple(o.shape)} and the LSE {tuple(lse.shape)}; expected "
+                              f"{tuple(q.shape)} and {tuple(q.shape[:3])}.")
+        qd, kd, vd, v_format = _fp8_inputs(q, k, v)
+        want_o, want_lse, p = _oracle(qd, kd, vd, group, case.causal, scale)
+        budget, lse_budget = _fp8_budget(p, vd, want_o, qd, kd, group, scale, v_format)
+        bad_o = ~((o - want_o).abs() <= budget)
+        empty = torch.isinf(want_lse)
+        bad_lse = torch.where(empty, lse != want_lse, ~((lse - want_lse).abs() <= lse_budget))
+        if bad_o.any() or bad_lse.any():
+            raise CheckFailed(_fp8_failure(text, o, lse, want_o, want_lse, budget, lse_budget, bad_o, bad_lse,
+                                           (q, k, v), group, case.causal, scale))
+        worst = max(worst, float(((o - want_o).abs() / budget).max()))
+    return Report(_FP8, len(cases), worst_ratio=worst, tier=options["tier"])
+
+
+def _fp8_failure(text, o, lse, want_o, want_lse, budget, lse_budget, bad_o, bad_lse, inputs, group, causal,
+                 scale) -> str:  # noqa: PLR0913
+    """The failure's sentence: where O (or the LSE) is off and by how much, and the mistake that gives this output."""
+    if bad_o.any():
+        where = tuple(int(i) for i in bad_o.nonzero()[0])
+        got, want, allowed = float(o[where]), float(want_o[where]), float(budget[where])
+        what = (f"wrong O on {text}: at batch {where[0]}, head {where[1]}, row {where[2]}, column {where[3]} it is "
+                f"{got:.5g} where the float64 oracle on the dequantised inputs gives {want:.5g} (the budget the formats "
+                f"leave the kernel there is {allowed:.3g})")
+    else:
+        where = tuple(int(i) for i in bad_lse.nonzero()[0])
+        what = (f"wrong LSE on {text}: at batch {where[0]}, head {where[1]}, row {where[2]} it is {float(lse[where]):.6g} "
+                f"where the oracle gives {float(want_lse[where]):.6g}")
+    line = f"{_FP8}: {what}."
+    fits = []
+    for mistake, sentence in _FP8_MISTAKES.items():
+        qd, kd, vd, v_format = _fp8_inputs(*inputs, mistake=mistake)
+        kept = fp8.P_SCALES[v_format.name] if mistake == "p-scale-kept" else 1.0
+        alt_o, alt_lse, alt_p = _oracle(qd, kd, vd, group, causal, scale, p_scale_kept=kept)
+        if torch.equal(alt_o, want_o) and torch.equal(alt_lse, want_lse):
+            continue  # this input does not tell the mistake apart from the right answer
+        alt_budget, _ = _fp8_budget(alt_p, vd, alt_o / kept, qd, kd, group, scale, v_format)
+        tol_o = 2 * kept * alt_budget
+        finite = torch.isfinite(alt_lse)
+        lse_ok = bool(torch.where(finite, (lse - alt_lse).abs() <= 2 * lse_budget + 1e-5 * alt_lse.abs(),
+                                  lse == alt_lse).all())
+        if bool(((o - alt_o).abs() <= tol_o).all()) and lse_ok:
+            fits.append(sentence)
+    if len(fits) == 1:
+        line += f"\n  hint: {fits[0]}"
+    return line
+
+
+EXERCISES = EXERCISES + (
+    Exercise(_FP8, "The fp8 forward: Q, K and V in 8 bits, descaled in the kernel", _fp8_forward, isolated=True),
+)

@@ -141,6 +141,7 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES),
     _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
        wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py")),
+    _t("08", "fp8_forward", "fp8_attention"),
 )
 
 _BY_ID = {e.id: e for e in KERNEL_EXERCISES}

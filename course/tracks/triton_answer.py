@@ -333,6 +333,11 @@ class _Graded:
 
 _GATE_DTYPE = {"01": "fp32", "02": "fp32"}
 _GATE_TARGET = 80
+_GATE_TARGET_OF_STEM = {"08_fp8_forward": 90}  # e4m3 operands: Triton compiles them from sm_89 on (fp8 tensor cores)
+
+
+def _gate_target(row: KernelExercise) -> int:
+    return _GATE_TARGET_OF_STEM.get(row.stem, _GATE_TARGET)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -366,7 +371,7 @@ class _Specialisations:
                         f"checked by Triton's interpreter only.")
             return
         if key not in self.seen:
-            report = compile_server().front_end([request], (_GATE_TARGET,), timeout=120)
+            report = compile_server().front_end([request], (_gate_target(self.row),), timeout=120)
             for result in report.results:
                 if result.limit:
                     self._limit(result.limit)
@@ -375,7 +380,7 @@ class _Specialisations:
         failure = self.seen[key]
         if failure:
             text = "    " + _explain(failure, self.learner)
-            raise CheckFailed(f"{self.row.id}: Triton's compiler for NVIDIA GPUs (sm_{_GATE_TARGET}) rejects your kernel "
+            raise CheckFailed(f"{self.row.id}: Triton's compiler for NVIDIA GPUs (sm_{_gate_target(self.row)}) rejects your kernel "
                               f"as one of this check's cases launches it ({_launch_text(kernel, names, args, kwargs)}), "
                               f"so it "
                               f"was not run:\n{text}\n  {_why(failure)}")
@@ -433,9 +438,10 @@ def compile_server():
 
 
 @functools.lru_cache(maxsize=64)
-def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...]) -> tuple[str, ...]:
+def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...], target: int = _GATE_TARGET
+                   ) -> tuple[str, ...]:
     matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
-                    head_dims_by_dtype=(), causal=(False,), targets=(_GATE_TARGET,))
+                    head_dims_by_dtype=(), causal=(False,), targets=(target,))
     report = compile_server().gate(matrix, Path(path).parent, timeout=300)
     failures = []
     for result in report.results:
@@ -475,10 +481,10 @@ def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernel
         return
     if learner.stubs:
         _not_implemented(row, learner)
-    failures = _gate_failures(str(path), row.stem, row.lesson, tuple(sorted(learner.kernels)))
+    failures = _gate_failures(str(path), row.stem, row.lesson, tuple(sorted(learner.kernels)), _gate_target(row))
     if failures:
         text = "    " + _explain(failures[0], learner)
-        raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_{_GATE_TARGET}) rejects your kernel, so it "
+        raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_{_gate_target(row)}) rejects your kernel, so it "
                           f"was not run:\n{text}\n  {_why(failures[0])}")
     module = getattr(graded, "__module__", "")
     if module.startswith(_MODULE_PREFIX) and module in sys.modules and module not in _ARMED:

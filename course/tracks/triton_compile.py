@@ -63,13 +63,15 @@ from course.tracks.triton import autotune
 KERNEL_DIR = KERNELS / "triton"
 _PROGRAM = "course.tracks.triton_compile"  # what the processes started here run (python -m): this module
 
-# Every Triton file but the capstone (08 only calls the kernels of 06 and 07, which are compiled here).
-LESSONS = tuple(dict.fromkeys(row.stem for row in table.exercises(track="triton") if row.lesson != "08"))
+# Every Triton file but the capstone's operator (it only calls the kernels of 06 and 07, which are compiled here).
+LESSONS = tuple(dict.fromkeys(row.stem for row in table.exercises(track="triton") if not row.learner_wrapper))
 TARGETS = GATE_TARGETS
 SMEM_LIMIT = OPT_IN_SHARED
 DTYPES = ("fp16", "bf16", "fp32")
 N_CTX = 128       # sequence length of the fake launches: a multiple of 16, as real workloads are
 SOFTMAX_COLS = 256
+FP8_FORMATS = ("e4m3", "e5m2")  # the fp8 forward's dtypes (lesson 08), whatever the matrix's 16/32-bit dtypes
+_E4M3_FROM = 89  # Ada and Hopper: fp8 tensor cores; Triton refuses e4m3 before them (e5m2 it widens to fp16 there)
 
 
 @dataclass(frozen=True)
@@ -176,11 +178,14 @@ class GateReport:
     def summary(self) -> str:
         n, bad = len(self.results), len(self.failures)
         spilled = sum(1 for r in self.results if r.status == "ok" and r.spills)
-        skipped = sum(1 for r in self.results if r.status == "skip")
+        skipped = sum(1 for r in self.results if r.status == "skip" and r.note.startswith(_AUTOTUNER_SKIPS))
+        no_fp8 = sum(1 for r in self.results if r.status == "skip" and not r.note.startswith(_AUTOTUNER_SKIPS))
         unchecked = sum(1 for r in self.results if r.status == "n/a")
-        text = f"{n - bad - unchecked}/{n} compiles succeeded in {self.seconds:.0f} s"
+        text = f"{n - bad - unchecked - no_fp8}/{n} compiles succeeded in {self.seconds:.0f} s"
         if unchecked:
             text += f"; {unchecked} not compiled"
+        if no_fp8:
+            text += f"; {no_fp8} e4m3 launch(es) not compiled for a target without fp8 tensor cores"
         if skipped:
             text += f"; {skipped} autotune config(s) need more shared memory than the target has (the autotuner skips them)"
         if spilled:
@@ -364,6 +369,14 @@ def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
             for d in m.head_dims_for(dtype):
                 yield {"dtype": dtype, "head_dim": d}  # the one-sweep attention kernel
         return
+    if lesson == "08_fp8_forward":  # its own dtypes: the two fp8 formats, at the 16-bit tensor-core head dims
+        for dtype in FP8_FORMATS:
+            for d in m.head_dims_for("fp16"):
+                for causal in m.causal:
+                    yield {"dtype": dtype, "head_dim": d, "causal": causal}
+                    if m.gqa:
+                        yield {"dtype": dtype, "head_dim": d, "causal": causal, "variant": "GQA"}
+        return
     for dtype in m.dtypes:
         for d in m.head_dims_for(dtype):
             if lesson in ("06_causal", "07_backward"):
@@ -378,7 +391,8 @@ def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
 def _call_wrappers(module, lesson: str, case: dict) -> None:
     """Call the lesson's public wrappers the way the exercises do, on fake CUDA tensors."""
     import torch
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[case["dtype"]]
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+             "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[case["dtype"]]
 
     def rand(*shape, dt=dtype):
         return torch.empty(*shape, dtype=dt, device="cuda")
@@ -418,6 +432,14 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
         lse = rand(2, 4, N_CTX, dt=torch.float32)
         for mode in ("atomic", "split"):
             module.attention_backward_bhnd(q4, kv, kv, q4, lse, q4, causal=case["causal"], dq_mode=mode)
+    elif lesson == "08_fp8_forward":
+        # Q, K, V already in fp8 with their per-head descales, as fp8_attention hands them to the launch (GQA: 4
+        # query heads over 2 K/V heads).
+        heads = 2 if case.get("variant") == "GQA" else 4
+        kv = rand(2, heads, N_CTX, d)
+        module.fp8_attention_forward(rand(2, 4, N_CTX, d), kv, kv, rand(2, 4, dt=torch.float32),
+                                     rand(2, heads, dt=torch.float32), rand(2, heads, dt=torch.float32),
+                                     case["causal"], 0.125)
     elif lesson == "07_backward":
         lse = rand(2, N_CTX, dt=torch.float32)
         for mode in ("atomic", "split"):
@@ -530,6 +552,14 @@ def _groups(launches: list[_Launch], matrix: Matrix, keep: bool = False) -> tupl
         while not isinstance(fn, JITFunction):
             fn = fn.fn
         for target in matrix.targets:
+            if target < _E4M3_FROM and any(isinstance(a, _Ptr) and str(a.dtype) == "torch.float8_e4m3fn"
+                                           for a in launch.args):
+                errors.append(Result(launch.lesson, fn.__name__, dtype="e4m3", head_dim=launch.case.get("head_dim"),
+                                     causal=launch.case.get("causal"), variant=_variant(launch.case, {}),
+                                     target=target, ok=True,
+                                     note=f"sm_{target} has no e4m3 (Triton's fp8e4nv needs sm_{_E4M3_FROM}, the first "
+                                          "GPUs with fp8 tensor cores): not compiled"))
+                continue
             units = []
             for index, config in enumerate(configs):
                 kwargs = dict(launch.kwargs, **(config.all_kwargs() if config is not None else {}))
@@ -553,7 +583,7 @@ def _run_group(group: _Group) -> list[Result]:
     for unit in group.units:
         r = _compile(unit)
         if group.autotuned and _OVER_SMEM in r.error:
-            r.ok, r.note, r.error = True, "the autotuner skips it: " + r.error.split(": ", 1)[-1], ""
+            r.ok, r.note, r.error = True, _AUTOTUNER_SKIPS + r.error.split(": ", 1)[-1], ""
         results.append(r)
         if group.stop_at_first_fit and not r.note:
             break
@@ -605,7 +635,8 @@ def _name(kernel) -> str:
 def _dtype_of(args: tuple) -> str:
     for a in args:
         if isinstance(a, _Ptr):
-            return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(str(a.dtype), str(a.dtype))
+            return {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32",
+                    "torch.float8_e4m3fn": "e4m3", "torch.float8_e5m2": "e5m2"}.get(str(a.dtype), str(a.dtype))
     return "-"
 
 
@@ -616,6 +647,7 @@ def _config_label(named: dict) -> str:
 
 _BINDERS: dict = {}
 _OVER_SMEM = "out of resources: needs"
+_AUTOTUNER_SKIPS = "the autotuner skips it: "
 
 
 class Unsupported(Exception):

@@ -27,6 +27,7 @@ EXPECTED_KERNELS = {
     "05_mma": {"tensor_core_attention_kernel"},
     "06_causal": {"causal_attention_kernel"},
     "07_backward": {"preprocess_delta_kernel", "dkdv_kernel", "dq_kernel"},
+    "08_fp8_forward": {"fp8_attention_kernel"},  # e5m2 on sm_80 (e4m3 needs sm_89), both formats on sm_90
 }
 
 # (lesson, kernel, D) whose default launch spills registers with Triton 3.9's ptxas, in fp16.
@@ -68,6 +69,8 @@ def test_every_kernel_compiles_for_sm80_and_sm90(fp16_report):
             assert {r.causal for r in _rows(report, kernel=kernel, target=target)} == {False, True}
         assert {r.variant for r in _rows(report, kernel="dkdv_kernel", target=target)} == {"atomic dQ", "no dQ"}
     for r in report.results:
+        if r.status == "skip" and not r.compiled:
+            continue  # e4m3 on sm_80, which has no fp8: not compiled (tests/tracks/test_triton_fp8.py)
         assert r.regs and 0 < r.regs <= 255 and r.smem is not None, r.label
         assert r.smem <= triton_aot.SMEM_LIMIT[r.target] or r.status == "skip", r.label
 

@@ -80,6 +80,8 @@ def _options(config) -> dict:
     return {k: v for k, v in config.all_kwargs().items() if k.isupper() or k in ("num_warps", "num_stages")}
 
 
+from course.lessons.lesson08 import Fp8Case  # noqa: E402  (the fp8 forward's cases: quantised heads)
+
 # One small case per step, odd sizes, in the dtype whose check config differs most from the other.
 CHECK_CASES = {
     "01.naive_triton": Case(9, 20, 16), "02.online_softmax_triton": Case(5, 40, 16),
@@ -89,6 +91,7 @@ CHECK_CASES = {
     "07.backward_atomic_triton": Case(17, 20, 24, causal=True, seed=6),
     "07.backward_split_triton": Case(17, 20, 24, causal=True, seed=7),
     "08.flash_attention_triton": Case(17, 20, 24, batch=(1, 2), causal=True, seed=8),
+    "08.fp8_forward_triton": Fp8Case(1, 2, 1, 17, 20, 24, causal=True, seed=9),
 }
 
 

@@ -234,4 +234,20 @@ WRONG_KERNELS: list[WrongKernel] = [
        hint="dK and dV are swapped"),
     _W("08.flash_attention_triton", "backward-default-scale", "recomputes P in the backward with scale 1",
        (("scale=ctx.scale,", "scale=1.0,"),), expect="wrong d", hint="uses scale 1 instead of the forward's scale"),
+    # -- 08: the fp8 forward ------------------------------------------------------------------------
+    _W("08.fp8_forward_triton", "missing-qk-descale", "multiplies the scores by the softmax scale only, not by the "
+       "descales of Q and K",
+       (("qk_scale = sm_scale_log2e * q_descale * k_descale", "qk_scale = sm_scale_log2e"),),
+       expect="wrong (O|LSE)", hint="the scores are not descaled"),
+    _W("08.fp8_forward_triton", "missing-v-descale", "leaves V's descale out of O",
+       (("o_scale = v_descale / P_SCALE", "o_scale = 1.0 / P_SCALE"),), expect="wrong O",
+       hint="O is missing V's descale"),
+    _W("08.fp8_forward_triton", "qk-descale-twice", "applies the descales of Q and K to the scores twice",
+       (("qk_scale = sm_scale_log2e * q_descale * k_descale", "qk_scale = sm_scale_log2e * q_descale * k_descale * q_descale * k_descale"),),
+       expect="wrong (O|LSE)", hint="applied twice"),
+    _W("08.fp8_forward_triton", "v-descale-twice", "multiplies O by V's descale twice",
+       (("o_scale = v_descale / P_SCALE", "o_scale = v_descale * v_descale / P_SCALE"),), expect="wrong O",
+       hint="V's descale is applied twice"),
+    _W("08.fp8_forward_triton", "p-scale-left-in", "forgets to divide P's power-of-two scale out of O",
+       (("o_scale = v_descale / P_SCALE", "o_scale = v_descale"),), expect="wrong O", hint="P_SCALE times too large"),
 ]
