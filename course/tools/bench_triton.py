@@ -1,7 +1,7 @@
 """The Triton track's benchmark: every lesson kernel against PyTorch's FlashAttention (SDPA).
 
     python -m course.tools.bench_triton              # the full grid on a GPU (several minutes, much of it compiling
-                                        # and autotuning; not measured here: no GPU was available)
+                                        # and autotuning), written to docs/benchmarks.md (what `make bench` runs)
     python -m course.tools.bench_triton --quick      # a small subset
     python -m course.tools.bench_triton --leaderboard  # B=1, H=16, N=16k, D=64, causal, bf16, fwd+bwd: 08 vs both SDPAs
     python -m course.tools.bench_triton --help       # every option
@@ -25,7 +25,8 @@ Which kernels apply where:
   with the atomic dQ; lesson 07 has no row of its own). The benchmark autotunes both: the forward over
   lesson 06's list, the backward's dK/dV and dQ kernels over lesson 07's ``tuning_configs``, with the
   float32 dQ buffer zeroed before every timed trial (``reset_to_zero``), so trials never add into the
-  result. Which config wins, and by how much, has not been measured: no GPU was available.
+  result. What an H200 measured is in docs/benchmarks.md; a learner's direct call of ``flash_attention``
+  (outside ``autotune()``) runs the launch tables of lessons 06 and 07 instead, which nothing here times.
 * Lesson 01's naive kernel and lesson 02's one-sweep kernel are left out: they take a single (N, D)
   head and every query row reads all of K and V (01 reads K twice), so beyond small N they take
   minutes, not milliseconds.
@@ -36,6 +37,10 @@ the run time, then at least ``--reps`` runs and at least 100 ms in total, each p
 of 256 MB (larger than any GPU's L2 cache, so no run finds its inputs in L2 from the previous one)
 and bracketed by CUDA events; the median is reported. FLOPs: forward 4·B·H·Nq·Nk·D, halved when
 causal; forward + backward 3.5× the forward (the backward does 2.5× the forward's matmul work).
+
+The page it writes (``--out``, docs/benchmarks.md by default) is replaced whole, except what follows the line
+``KEEP_BELOW`` in the page it replaces: measurements recorded beside the benchmark (a launch-config sweep, a
+profiler's counters), each naming its own machine and date, are kept until someone removes them.
 
 The pure parts (FLOP counts, ratios, the markdown, and the timing loop, which is given a callable,
 a synchronize function and an event factory) take no GPU and are unit-tested on the CPU.
@@ -364,6 +369,16 @@ class RunInfo:
     flush_bytes: int = FLUSH_BYTES
     plot: str | None = None           # path of the plot, relative to the markdown file
     notes: list[str] = field(default_factory=list)
+
+
+KEEP_BELOW = "<!-- Recorded beside the benchmark: bench_triton keeps what follows when it rewrites the page. -->"
+
+
+def keep_recorded(new_page: str, old_page: str | None) -> str:
+    """The page to write: the new run's page, then ``KEEP_BELOW`` and what followed it in the old page (if any)."""
+    if not old_page or KEEP_BELOW not in old_page:
+        return new_page
+    return new_page.rstrip("\n") + "\n\n" + KEEP_BELOW + old_page.split(KEEP_BELOW, 1)[1]
 
 
 def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
@@ -955,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
     if write_plot(results, plot, device):
         info.plot = os.path.relpath(plot.resolve(), out.resolve().parent)
         print(f"wrote {plot}")
-    out.write_text(render_markdown(results, info))
+    out.write_text(keep_recorded(render_markdown(results, info), out.read_text() if out.exists() else None))
     print(f"wrote {out}")
     failed = [m for m in results if m.status == "error" or m.flagged]
     if failed:

@@ -332,3 +332,14 @@ def test_gpu_main_writes_markdown_and_plot_and_sets_the_exit_status(tmp_path, mo
     runners["06"] = lambda q, k, v, causal: -_math_attention(q, k, v, causal)
     assert bench.main(argv) == 1
     assert "disagreed with SDPA" in capsys.readouterr().out
+
+
+def test_a_rewritten_page_keeps_what_was_recorded_beside_the_benchmark():
+    """docs/benchmarks.md holds measurements no benchmark run repeats (the backward sweep, the profiler's counters)
+    below KEEP_BELOW; a new run replaces everything above it and nothing below."""
+    old = "# old run\n\n| stale table |\n\n" + bench.KEEP_BELOW + "\n\n## Backward sweep (H200)\n\n| kept |\n"
+    page = bench.keep_recorded("# new run\n\n| new table |\n", old)
+    assert page.startswith("# new run\n\n| new table |\n") and "stale" not in page
+    assert page.endswith(bench.KEEP_BELOW + "\n\n## Backward sweep (H200)\n\n| kept |\n")
+    assert bench.keep_recorded("# new run\n", "# a page without the line\n") == "# new run\n"
+    assert bench.keep_recorded("# new run\n", None) == "# new run\n"
