@@ -10,7 +10,9 @@ Two habits every lesson relies on, installed when ``course`` is imported inside 
 2. **An unfinished exercise is one sentence, not a traceback.** A demonstration cell that calls a
    stub (``raise NotImplementedError()``, a kernel whose region is still the stub, a placeholder
    from a failed cell) says which exercise it is waiting for, and nothing else: what it printed
-   before (a table's header) is cleared. Every other error shows as usual.
+   before (a table's header) is cleared. A check cell that grades every track, run before some
+   track's cell was (a learner who studies Triton skips the CUDA C and Metal cells), says which
+   cell to run. Every other error shows as usual.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 
 from course.errors import CourseError, root_cause
 
-__all__ = ["FailedCell", "NotFinished", "names_bound_by", "install", "unfinished_sentence"]
+__all__ = ["FailedCell", "NotFinished", "names_bound_by", "install", "unfinished_sentence", "skipped_track_sentence"]
 
 
 class NotFinished(CourseError, NotImplementedError):
@@ -117,6 +119,7 @@ class _CellWatch:
 
     def pre_run_cell(self, info) -> None:
         source = getattr(info, "raw_cell", "") or ""
+        self.shell._course_cell_source = source  # what _show reads when this cell fails
         if source.lstrip().startswith("%%"):
             self.before = {}  # a cell magic (%%cuda, %%metal) handles its own failures
             return
@@ -173,7 +176,35 @@ def unfinished_sentence(error: BaseException) -> str | None:
     return "This cell uses an exercise that is not finished yet: complete it, run its cell, then run this cell again."
 
 
+def skipped_track_sentence(error: BaseException, source: str) -> str | None:
+    """One sentence when a cell that grades a step on every track (``course.check_tracks(..., cuda=name)``) names a
+    track's answer whose cell was never run (a learner who studies Triton skips the CUDA C and Metal cells); None
+    for any other error."""
+    if not isinstance(error, NameError) or not getattr(error, "name", None) or "check_tracks" not in source:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    track = next((kw.arg for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None)) == "check_tracks"
+                  for kw in node.keywords if isinstance(kw.value, ast.Name) and kw.value.id == error.name), None)
+    if track is None:
+        return None
+    from course.tracks.table import TRACK_NAMES  # here, not on top: only a failed cell in IPython needs it
+    language = TRACK_NAMES.get(track, track)
+    cell = (f"the cell that starts with `%%{track} {error.name}`" if track in ("cuda", "metal")
+            else f"the {language} cell that defines `{error.name}`")
+    return (f"`{error.name}` is not defined: this check grades your best track and takes every track's answer, so "
+            f"run {cell} above, as handed out if you study another track, then this cell again (Run All from the "
+            "top runs every cell).")
+
+
 def _show(shell, etype, value, tb, tb_offset=None):
+    sentence = skipped_track_sentence(value, getattr(shell, "_course_cell_source", ""))
+    if sentence is not None:
+        shell._showtraceback(etype, value, [sentence])
+        return [sentence]
     sentence = unfinished_sentence(value)
     if sentence is None:
         return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
