@@ -144,7 +144,11 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("06", "06 causal", "06.causal_triton", _FORWARD_ANY),
     Kernel("08", "08 flash_attention", "08.flash_attention_triton", _EVERYTHING),
 )
-_BY_KEY = {k.key: k for k in KERNELS}
+# Timed only when named (--kernels ...,08d): lesson 08's operator called directly, outside autotune(), as a model
+# calls it: the launch tables of lessons 06 and 07 on a GPU family they name, the check configs elsewhere.
+DIRECT = Kernel("08d", "08 direct call", "08.flash_attention_triton", _EVERYTHING)
+OPTIONAL: tuple[Kernel, ...] = (DIRECT,)
+_BY_KEY = {k.key: k for k in KERNELS + OPTIONAL}
 
 
 @dataclass(frozen=True)
@@ -426,6 +430,10 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         "- OOM: the GPU ran out of memory for that shape; out of resources: the kernel needs more shared memory or "
         "registers than the GPU has; unsupported: SDPA's flash backend refused the input.",
     ]
+    if any(m.kernel == DIRECT.key for m in measurements):
+        lines.append("- 08 direct call: the same operator called outside `autotune()`, as a model calls it: the launch "
+                     "tables of lessons 06 and 07 (`LAUNCH_TABLE`) where they name this GPU, the check configs elsewhere; "
+                     "nothing is tuned or timed at call time.")
     for note in info.notes:
         lines.append(f"- {note}")
     if info.plot:
@@ -475,9 +483,9 @@ def write_plot(measurements: Sequence[Measurement], path: Path, device: str = ""
     cols = min(4, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    colors = {k.key: f"C{i}" for i, k in enumerate(KERNELS)}
+    colors = {k.key: f"C{i}" for i, k in enumerate(KERNELS + OPTIONAL)}
     for ax, (group, members) in zip(axes.flat, groups.items()):
-        for kernel in KERNELS:
+        for kernel in KERNELS + OPTIONAL:
             points = sorted((m.shape.n, m.tflops) for m in members if m.kernel == kernel.key and m.ok)
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[kernel.key],
@@ -522,7 +530,8 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
 
 def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     """``fn(q, k, v, causal) → o`` for a lesson kernel, through course.tracks.triton."""
-    fn = triton_track.solution(triton_track.step(kernel.exercise), tuned=True)  # benchmarks autotune; checks never
+    # Benchmarks autotune (checks never); the direct-call row times what a model's call launches.
+    fn = triton_track.solution(triton_track.step(kernel.exercise), tuned=kernel.key != DIRECT.key)
     if kernel.key in ("03", "04", "05"):
         return lambda q, k, v, causal: fn(q, k, v)[0]
     if kernel.key == "06":
@@ -864,8 +873,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both",
                         help="causal masking: both (default), yes (causal only), no (non-causal only)")
     parser.add_argument("--kernels", type=_list(_kernel_key), default=None, metavar="LIST",
-                        help="kernels to time among cudnn,03,04,05,06,08 (default all; SDPA's flash backend always "
-                             "runs: it is the reference and the baseline)")
+                        help="kernels to time among cudnn,03,04,05,06,08,08d (default all but 08d, lesson 08 called "
+                             "directly; SDPA's flash backend always runs: it is the reference and the baseline)")
     parser.add_argument("--no-cudnn", action="store_true",
                         help="leave out the second baseline, SDPA's cuDNN backend")
     parser.add_argument("--leaderboard", action="store_true",
@@ -891,7 +900,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.leaderboard:
-        return leaderboard_plan(args.reps, cudnn=not args.no_cudnn)
+        return leaderboard_plan(args.reps, cudnn=not args.no_cudnn, direct=DIRECT.key in (args.kernels or []))
     quick = args.quick
     keys = set(args.kernels or [k.key for k in KERNELS])
     if args.no_cudnn:
@@ -902,7 +911,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         seq_lens=sorted(args.seq_lens or (QUICK_SEQ_LENS if quick else DEFAULT_SEQ_LENS)),
         modes=args.modes or list(MODES),
         causal={"both": [False, True], "yes": [True], "no": [False]}[args.causal],
-        kernels=[k for k in KERNELS if k.key == SDPA.key or k.key in keys],
+        kernels=[k for k in KERNELS + OPTIONAL if k.key == SDPA.key or k.key in keys],
         tokens=args.tokens, heads=args.heads,
         min_reps=args.reps or (10 if quick else DEFAULT_REPS),
     )
@@ -913,10 +922,11 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 LEADERBOARD = {"n": 16384, "heads": 16, "d": 64, "dtype": "bf16"}
 
 
-def leaderboard_plan(reps: int | None = None, cudnn: bool = True) -> Plan:
-    keys = {SDPA.key, "08"} | ({CUDNN.key} if cudnn else set())
+def leaderboard_plan(reps: int | None = None, cudnn: bool = True, direct: bool = False) -> Plan:
+    """The leaderboard shape: SDPA, cuDNN and lesson 08 autotuned, and with ``direct`` lesson 08 called directly."""
+    keys = {SDPA.key, "08"} | ({CUDNN.key} if cudnn else set()) | ({DIRECT.key} if direct else set())
     return Plan(dtypes=[LEADERBOARD["dtype"]], head_dims=[LEADERBOARD["d"]], seq_lens=[LEADERBOARD["n"]],
-                modes=[FWD_BWD], causal=[True], kernels=[k for k in KERNELS if k.key in keys],
+                modes=[FWD_BWD], causal=[True], kernels=[k for k in KERNELS + OPTIONAL if k.key in keys],
                 tokens=LEADERBOARD["n"], heads=LEADERBOARD["heads"], min_reps=reps or DEFAULT_REPS)
 
 

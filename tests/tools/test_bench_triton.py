@@ -343,3 +343,23 @@ def test_a_rewritten_page_keeps_what_was_recorded_beside_the_benchmark():
     assert page.endswith(bench.KEEP_BELOW + "\n\n## Backward sweep (H200)\n\n| kept |\n")
     assert bench.keep_recorded("# new run\n", "# a page without the line\n") == "# new run\n"
     assert bench.keep_recorded("# new run\n", None) == "# new run\n"
+
+
+def test_the_direct_call_row_is_timed_only_when_named_and_never_autotunes(monkeypatch):
+    """08d times lesson 08 called as a model calls it, outside autotune() (the launch tables where they name the
+    GPU); it runs only when --kernels names it, beside the autotuned 08."""
+    parse = lambda argv: bench.plan_from_args(bench.build_parser().parse_args(argv))  # noqa: E731
+    assert "08d" not in [k.key for k in parse([]).kernels]
+    assert [k.key for k in parse(["--kernels", "08,08d"]).kernels] == ["sdpa", "08", "08d"]
+    assert [k.key for k in parse(["--leaderboard", "--kernels", "08d"]).kernels] == ["sdpa", "cudnn", "08", "08d"]
+    asked = []
+    monkeypatch.setattr(bench.triton_track, "solution", lambda row, tuned=False: asked.append((row.id, tuned)) or
+                        (lambda q, k, v, causal: "o"))
+    for key in ("08", "08d"):
+        assert bench._load_lesson(bench._BY_KEY[key])(None, None, None, True) == "o"
+    assert asked == [("08.flash_attention_triton", True), ("08.flash_attention_triton", False)]
+    s = _shape(causal=True)
+    page = bench.render_markdown([Measurement(s, "sdpa", ms=2.0), Measurement(s, "08d", ms=1.0)],
+                                 RunInfo(device="cpu", torch_version="t", triton_version="x", cuda_version=None,
+                                         date="d", command="c", tokens=64, heads=2, min_reps=2))
+    assert "| 08 direct call |" in page and "- 08 direct call: the same operator called outside `autotune()`" in page
