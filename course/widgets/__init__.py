@@ -11,7 +11,8 @@ nbgrader they return a placeholder instead (:class:`NotWhileGrading`). One modul
 - ``causal``: skipped, full and diagonal tiles of a causal mask, and the work of each program (lesson 06);
 - ``fragments``: which lane holds which element of a matrix fragment (lesson 05);
 - ``backward``: which programs add to which dQ rows in the two backward designs, and the bits that differ
-  between runs of the atomic one (lesson 07).
+  between runs of the atomic one (lesson 07);
+- ``fp8``: a tensor's values over the e4m3 and e5m2 grids, the scale as a slider, attention's error (lesson 08).
 """
 from course.widgets.backward import (BitDifferences, DqWriters, backward_explorer, bit_differences,
                                      determinism_view, dq_writers)
@@ -21,6 +22,7 @@ from course.widgets.costs import (ScoreMatrixCost, roofline_explorer, roofline_p
                                   score_matrix_explorer)
 from course.widgets.dataflow import CoreLoad, core_grid, core_load, dataflow_timeline, timeline_data
 from course.widgets.dst import BlockStep, block_step, dst_explorer, largest_fitting_rows
+from course.widgets.fp8 import Fp8View, fp8_attention_error, fp8_explorer, fp8_view
 from course.widgets.fragments import fragment_explorer
 from course.widgets.memory import memory_access_explorer, pipeline_explorer
 from course.widgets.online_softmax import OnlineSoftmaxStep, online_softmax_explorer, online_softmax_trace
@@ -33,4 +35,5 @@ __all__ = ["NotWhileGrading", "ScoreMatrixCost", "score_matrix_cost", "score_mat
            "CausalPicture", "causal_picture", "causal_explorer", "DqWriters", "dq_writers", "backward_explorer",
            "BitDifferences", "bit_differences", "determinism_view",
            "timeline_data", "dataflow_timeline", "CoreLoad", "core_load", "core_grid",
-           "BlockStep", "block_step", "largest_fitting_rows", "dst_explorer"]
+           "BlockStep", "block_step", "largest_fitting_rows", "dst_explorer",
+           "Fp8View", "fp8_view", "fp8_attention_error", "fp8_explorer"]
