@@ -23,8 +23,10 @@
 #               kernel), and on Hopper it hands the copy to the TMA unit, a copy engine that moves a
 #               whole tile to shared memory without the threads computing any address. Tails are
 #               handled by the descriptor: rows or columns past `shape` read as zero and are never
-#               written, so no mask is needed. Older Triton had block pointers (tl.make_block_ptr
-#               + tl.advance) for the same purpose; Triton 3.9 removed them in favour of descriptors.
+#               written, so loads and stores need no mask. The scores still do: a key row of zeros
+#               scores 0, not -inf, so keys past Nk are set to -inf. Older Triton had block pointers
+#               (tl.make_block_ptr + tl.advance) for the same purpose; Triton 3.9 removed them in favour
+#               of descriptors.
 #               On GPUs before Hopper (no TMA) Triton 3.4+ turns descriptor loads into ordinary
 #               vectorised loads. The price: base address and row strides must be multiples of 16 bytes.
 #
