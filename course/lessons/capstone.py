@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import inspect
 import math
@@ -30,9 +31,11 @@ from triton.runtime.jit import JITFunction
 # Bound when this module is imported: in the answer process that is before any answer cell runs.
 from course.grading.footprint import Footprint, SeenEnough, watch
 from course.errors import CheckFailed
+from course.kernels import load_triton_module
 from course.tiers import device as tier_device
+from course.tracks.triton import autotune
 
-__all__ = ["PROBES", "autograd_probe", "counting_launches", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
+__all__ = ["PROBES", "KernelAnswers", "DQ_MODES", "kernel_attention", "kernel_training_losses", "autograd_probe", "counting_launches", "saved_for_backward", "TinyAttentionModel", "train_losses", "sdpa_attention",
            "training_probe", "refused_reach", "refuse_reach"]
 
 
@@ -204,6 +207,75 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
         return losses, tuple(built), launches[0]
     probe.__name__ = getattr(fn, "__name__", "flash_attention")
     return probe
+
+
+# -- the course's kernels, run by the grader itself ------------------------------------------------------------
+# Where the grade is decided the probes above run in the answer process, beside the learner's code, which can
+# reach them; what they return is data the grader cannot trust to say how it was made. So the grader runs the
+# course's own kernels (lesson 06's forward, lesson 07's backward) in its own process on the same inputs, and the
+# learner's numbers must be theirs: bit for bit on Triton's interpreter, whichever dQ design the Function chose.
+
+@functools.lru_cache(maxsize=None)
+def _kernel_files() -> tuple[Any, Any]:
+    return load_triton_module("triton/06_causal"), load_triton_module("triton/07_backward")
+
+
+DQ_MODES = ("atomic", "split")
+
+
+class KernelAnswers:
+    """What the course's kernels give for one case (``q, k, v`` as the learner's Function received them), run here,
+    on the check configs: O and the LSE at once, the gradients for a ``do`` and a dQ design when asked."""
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None):
+        forward, _ = _kernel_files()
+        self.q, self.k, self.v = q.contiguous(), k.contiguous(), v.contiguous()
+        self.causal = bool(causal)
+        self.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        with autotune(False):
+            self.o, self.lse = forward.causal_attention_forward(self.q, self.k, self.v, self.causal, self.scale)
+        self._gradients: dict[str, tuple[torch.Tensor, ...]] = {}
+
+    def gradients(self, do: torch.Tensor, dq_mode: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if dq_mode not in self._gradients:
+            _, backward = _kernel_files()
+            with autotune(False):
+                self._gradients[dq_mode] = backward.attention_backward_bhnd(
+                    self.q, self.k, self.v, self.o, self.lse, do.contiguous(), causal=self.causal, scale=self.scale,
+                    dq_mode=dq_mode)
+        return self._gradients[dq_mode]
+
+
+class _CourseKernels(torch.autograd.Function):
+    """FlashAttention made of the course's kernels, for the grader's own training run (the capstone's design)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, dq_mode):
+        answers = KernelAnswers(q, k, v, causal, scale)
+        ctx.answers, ctx.dq_mode = answers, dq_mode
+        return answers.o
+
+    @staticmethod
+    def backward(ctx, do):
+        return (*ctx.answers.gradients(do, ctx.dq_mode), None, None, None)
+
+
+def kernel_attention(dq_mode: str) -> Callable[..., torch.Tensor]:
+    """``attention(q, k, v, causal=, scale=)`` computed by the course's kernels with the dQ design ``dq_mode``."""
+    def attention(q, k, v, causal=False, scale=None):
+        return _CourseKernels.apply(q, k, v, bool(causal), scale, dq_mode)
+    return attention
+
+
+def kernel_training_losses(steps: int, seed: int, dq_mode: str) -> list[float]:
+    """The losses of :func:`train_losses` with the course's kernels as the attention, computed on one thread as the
+    answer process computes (PyTorch's reductions sum in another order on more threads)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train_losses(kernel_attention(dq_mode), steps=steps, seed=seed)
+    finally:
+        torch.set_num_threads(threads)
 
 
 PROBES: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.corpora.cheating import CAPSTONE, as_submission, capstone_cheats, capstone_kernel_free
+from autograder.corpora.cheating import (CAPSTONE, as_submission, capstone_cheats, capstone_kernel_free,
+                                         capstone_provenance)
 from autograder.corpora.hostile import make_submission
 from autograder.grade.recheck import build_job
 from course.grading.answer_process import AnswerError, AnswerProcess
@@ -145,6 +146,27 @@ def test_a_capstone_without_kernels_loses_every_point_in_the_notebook_and_the_re
     assert run.returncode == 0, run.stderr[-3000:]
     notebook = json.loads(run.stdout.splitlines()[-1])["passed"]
     assert all(re.search(cheat.feedback, outcome) for outcome in notebook.values()), notebook
+    results = run_job(_job(source))
+    assert {name for name, r in results.items() if not r["passed"]} == set(cheat.loses), results
+    assert all(re.search(cheat.feedback, r["message"]) for r in results.values()), results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cheat", capstone_provenance(REPO), ids=lambda c: c.name)
+def test_numbers_the_kernels_did_not_make_lose_every_point_where_the_grade_is_decided(cheat) -> None:
+    """Whatever the probe in the answer process reports, the grader runs lesson 06's and 07's kernels itself on the same
+    inputs (course.lessons.capstone.KernelAnswers), and O, the gradients and the training losses must be theirs. Each
+    entry passes the visible check of the notebook's own run, where its trick works (the other two cost a minute
+    more and show nothing new)."""
+    solution = REPO / "solutions" / CAPSTONE / f"{CAPSTONE}.ipynb"
+    make_submission(solution, as_submission(cheat, REPO))
+    source, tests = cheat.changes[0].source, _tests()
+    assert refused_reach(source) is None  # nothing in its text gives it away
+    visible = {"test_flash_attention_triton": tests["test_flash_attention_triton"]}
+    run = subprocess.run([sys.executable, "-c", NOTEBOOK_RUN], input=json.dumps([source, visible]), cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1])["passed"] == {"test_flash_attention_triton": "passed"}, run.stdout
     results = run_job(_job(source))
     assert {name for name, r in results.items() if not r["passed"]} == set(cheat.loses), results
     assert all(re.search(cheat.feedback, r["message"]) for r in results.values()), results

@@ -32,7 +32,7 @@ from pathlib import Path
 from autograder.corpora.hostile import Change, HostileSubmission
 
 __all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "SPECIALISED_EXERCISES", "Cheat", "corpus", "model_cheats",
-           "specialisation_cheats", "capstone_cheats", "capstone_kernel_free", "CAPSTONE", "packs", "as_submission",
+           "specialisation_cheats", "capstone_cheats", "capstone_kernel_free", "capstone_provenance", "CAPSTONE", "packs", "as_submission",
            "stale_outputs", "TABLE_LOOKUPS", "table_lookup_cheats"]
 
 ASSIGNMENT = "01_naive_attention"
@@ -705,6 +705,103 @@ def capstone_kernel_free(repo: Path) -> list[Cheat]:
               (Change("flash_attention_triton", source=_capstone_with(repo, _ELEMENTWISE_ROWS_FUNCTION)),),
               loses=_CAPSTONE_TESTS, feedback=r"08\.(flash_attention_triton|training): on .* launched no Triton kernel",
               assignment=CAPSTONE),
+    ]
+
+
+# Class 3: kernels launched so that a count of launches sees them, their outputs thrown away, and O, dQ, dK and dV
+# computed beside them, a row at a time, in element-wise PyTorch (no matrix product, nothing larger than the inputs).
+_DISCARDS_THE_KERNELS_FUNCTION = _ELEMENTWISE_ROWS_FUNCTION.replace('''        o, lse = _rows(q, k, v, causal, scale)
+''', '''        _forward.causal_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale)
+        o, lse = _rows(q, k, v, causal, scale)
+''').replace('''        q, k, v, o, lse = ctx.saved_tensors
+''', '''        q, k, v, o, lse = ctx.saved_tensors
+        _backward.attention_backward_bhnd(q, k, v, o, lse, do.contiguous(), causal=ctx.causal, scale=ctx.scale)
+''')
+
+# Class 4: code past the reading of the cell. A chain rooted in a list display reaches a deserializer the reading does
+# not follow; what it runs replaces the helpers the course's probe looks up when it is called, so the probe reports
+# launches, nothing built and the shapes a Function saves, around a flash_attention that is plain PyTorch autograd.
+_PATCHES_THE_PROBE = '''
+import contextlib
+import types
+
+import course.lessons.capstone as probe
+
+
+@contextlib.contextmanager
+def launched():
+    yield [1]
+
+
+class Unwatched:
+    seen = types.SimpleNamespace(products=0, fused_attention=())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+probe.counting_launches = launched
+probe.watch = lambda run: (run(), types.SimpleNamespace(largest=0, products=0, fused_attention=()))
+probe.saved_for_backward = lambda o: [tuple(o.shape), tuple(o.shape[:3])]
+probe.Footprint = Unwatched
+'''
+
+
+def _patches_the_probe(repo: Path) -> str:
+    import pickle
+    payload = pickle.dumps(_Call(exec, _PATCHES_THE_PROBE))
+    text = _capstone_with(repo, '''
+def _sdpa(q, k, v, causal, scale):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    n_q, n_k = q.shape[2], k.shape[2]
+    mask = None
+    if causal:
+        mask = torch.arange(n_k, device=q.device)[None, :] <= torch.arange(n_q, device=q.device)[:, None] + n_k - n_q
+    o = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale)
+    return torch.nan_to_num(o, nan=0.0).to(q.dtype)
+
+
+[torch][0].serialization.pickle.loads(%r)
+
+
+class FlashAttention:
+    @staticmethod
+    def apply(q, k, v, causal, scale, deterministic):
+        return _sdpa(q, k, v, causal, scale)
+''' % payload)
+    return text
+
+
+class _Call:
+    """Pickles as a call of ``function`` with ``argument`` (what the deserializer runs when it loads it)."""
+
+    def __init__(self, function, argument):
+        self.function, self.argument = function, argument
+
+    def __reduce__(self):
+        return self.function, (self.argument,)
+
+
+_NOT_THE_KERNELS = r"08\.(flash_attention_triton|training): .* (are|is) not what (lesson 0[67]|the same run)"
+
+
+def capstone_provenance(repo: Path) -> list[Cheat]:
+    """Lesson 08's entries that pass every check of the notebook's own run, whatever its probe can see, and lose every
+    point where the grade is decided: the grader runs the course's kernels itself and the numbers are not theirs."""
+    return [
+        Cheat("capstone-launches-and-discards", "08: a Function that launches lesson 06's and 07's kernels, throws "
+              "their outputs away and computes O and the gradients a row at a time in element-wise PyTorch",
+              (Change("flash_attention_triton", source=_capstone_with(repo, _DISCARDS_THE_KERNELS_FUNCTION)),),
+              loses=_CAPSTONE_TESTS, feedback=_NOT_THE_KERNELS, assignment=CAPSTONE),
+        Cheat("capstone-patches-the-probe", "08: a cell that reaches a deserializer past the reading of the cell and "
+              "replaces the probe's helpers, so a plain PyTorch flash_attention (no Function, no kernel) reports "
+              "launches, nothing built and a Function's saved tensors",
+              (Change("flash_attention_triton", source=_patches_the_probe(repo)),),
+              loses=_CAPSTONE_TESTS, feedback=_NOT_THE_KERNELS, assignment=CAPSTONE),
     ]
 
 
