@@ -94,19 +94,19 @@ def _check_footprint(exercise: str, fn) -> None:
 
 
 # Where the grade is decided (course.grading.recheck) the learner's function runs in its answer process, which its own
-# code controls, so no watch inside it can be trusted; the process's memory can be limited from outside instead.
+# code controls, so no watch inside it can be trusted; the process's memory is limited from outside instead: its
+# address space (every mapping of every thread) may grow by 48 MiB past what the setup left, from before the first
+# answer cell runs, and it may start no other process (course.grading.answer_process.call_within).
 # The case has few queries, very many keys and D = 1, so that scores as wide as all the keys dwarf everything a
 # tiled loop holds: Q, K and V are 8 MiB, and even a float64 copy of K and V adds only 16 MiB, while one strip of
-# 8 rows by all the keys is 32 MiB, and a softmax taken over it at once needs two or three of them. The least
-# growth each passes under, measured with this limit: the lesson's tiled loop 13 MiB, tiles on float64 copies of
-# Q, K and V 25 MiB; strips of block_m = 32 rows 394 MiB, of 8 rows 76 (softmax in place) to 108 MiB, of 4 rows
-# 46 (in place) to 134 MiB, of 1 row in float64 68 MiB; strips of 1 or 2 rows in float32 only 30 to 32 MiB, too
-# close to the tiled loop to tell apart by memory at this size. So 48 MiB past what a first small call left
-# allocated passes those tiled loops with room to spare and refuses block_m strips, strips of 8 rows or more and
-# strips in float64, whatever the learner's code does inside. The notebook's watch above refuses every strip, the
-# narrow ones included, so this refuses nothing the notebook's own run passed.
-# The keys repeat a block of 1024 (the values are not checked here), so the call's arguments cross the pipe
-# compressed to almost nothing, and decoding them costs the answer process no more than the inputs themselves.
+# 8 rows by all the keys is 32 MiB, and a softmax taken over it at once needs two or three of them. Growth measured
+# with this limit (the cells, a warm-up call and the call): the lesson's tiled loop 13 MiB, tiles on float64 copies
+# of Q, K and V 30 MiB; strips of 8 rows 110 MiB, of block_m = 32 rows 398 MiB; the score matrix in a shared mapping
+# on a worker thread 597 MiB. Strips of 1 or 2 rows in float32 come too close to the tiled loop to tell apart by
+# memory at this size; the notebook's watch above refuses every strip, so this refuses nothing the notebook's own
+# run passed.
+# The keys repeat a block of 1024 (so the grader's own answer for the case is that block's attention), and the
+# call's arguments cross the pipe compressed to almost nothing, costing the answer process no more than the inputs.
 _LIVE_N_Q, _LIVE_N_K, _LIVE_D, _LIVE_TILES, _LIVE_EXTRA_BYTES = 64, 1 << 20, 1, (32, 1024), 48 << 20
 # float32 sums over 2^20 keys, against a float64 answer: loose enough for any honest loop, far below a wrong one.
 _LIVE_TOLERANCE = 1e-3

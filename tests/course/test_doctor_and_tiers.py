@@ -18,6 +18,7 @@ def test_doctor_lists_every_tier(repo):
                  "CUDA GPU", "Apple Metal GPU", "Tenstorrent TT-Lang simulator"):
         assert name in out.stdout
     assert "graded on" in out.stdout
+    assert "Grading here: refused course functions are" in out.stdout  # what the grader can keep from an answer
 
 
 def test_interpreter_is_chosen_without_a_gpu(repo):
