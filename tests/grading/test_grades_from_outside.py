@@ -244,3 +244,19 @@ def test_an_answer_that_patches_every_course_function_earns_nothing(monkeypatch)
            "answers": [{"cell": "tile_counts", "kind": "python", "names": ["tile_counts"], "source": PATCH_EVERYTHING}]}
     result = run_job(job)["test_tile_counts"]
     assert not result["passed"] and result["message"].startswith("06.tile_counts"), result
+
+
+def test_without_landlock_the_functions_are_still_replaced_and_the_process_still_starts(tmp_path):
+    """A kernel without Landlock (or macOS): the answer process starts, the refused function raises, its file stays
+    readable; python -m course doctor says which of the two a machine gives."""
+    import subprocess
+    import sys
+    program = (
+        "from course.grading import confine\n"
+        "confine.landlock_available = lambda: 0\n"
+        "from course.models import causal\n"
+        "print(confine.remove_functions(['course.models.causal.tile_counts'], 'no {name}'))\n"
+        "try:\n    causal.tile_counts(4, 4, 1, 1)\nexcept confine.Refused as exc:\n    print(exc)\n"
+        "print(len(open(causal.__file__).read()) > 0)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["[]", "no course.models.causal.tile_counts", "True"], done.stderr
