@@ -32,8 +32,8 @@ from pathlib import Path
 from autograder.corpora.hostile import Change, HostileSubmission
 
 __all__ = ["ASSIGNMENT", "KERNEL_CELLS", "MODEL_ANSWERS", "SPECIALISED_EXERCISES", "Cheat", "corpus", "model_cheats",
-           "specialisation_cheats", "capstone_cheats", "capstone_kernel_free", "capstone_provenance", "CAPSTONE", "packs", "as_submission",
-           "stale_outputs", "TABLE_LOOKUPS", "table_lookup_cheats"]
+           "specialisation_cheats", "capstone_cheats", "capstone_kernel_free", "capstone_provenance", "CAPSTONE",
+           "packs", "as_submission", "stale_outputs", "TABLE_LOOKUPS", "table_lookup_cheats"]
 
 ASSIGNMENT = "01_naive_attention"
 _KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
