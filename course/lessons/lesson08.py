@@ -316,6 +316,7 @@ import math  # noqa: E402  (this block's own imports, kept beside it)
 from dataclasses import dataclass  # noqa: E402
 
 from course.grading.checks import kernel_options  # noqa: E402
+from course.grading.engines import Mistake, check_values  # noqa: E402
 from course.grading.exercise import ModelPolicy  # noqa: E402
 from course.models import fp8  # noqa: E402
 from course.reference import causal_mask  # noqa: E402
@@ -512,4 +513,248 @@ def _fp8_failure(text, o, lse, want_o, want_lse, budget, lse_budget, bad_o, bad_
 
 EXERCISES = EXERCISES + (
     Exercise(_FP8, "The fp8 forward: Q, K and V in 8 bits, descaled in the kernel", _fp8_forward, isolated=True),
+)
+
+
+# -- the learner's fp8 exercises: a format and its scale, the error of a score, the bits of a byte, two choices -----
+
+def _needs_e5m2(amax: float, smallest: float) -> bool:
+    """The course's rule (course.models.fp8.choose_format, in two numbers): scaled so that amax lands on 448, does
+    the smallest value that must keep its bits (a tensor's 1st percentile) stay at or above e4m3's 2^-6?"""
+    return smallest * (fp8.E4M3.max / amax) < fp8.E4M3.smallest_normal
+
+
+def _fp8_scale_right(amax: float, smallest: float) -> float:
+    return (fp8.E5M2 if _needs_e5m2(amax, smallest) else fp8.E4M3).max / amax
+
+
+_SCALE_MISTAKES = [
+    Mistake("every tensor goes to e4m3 here, also those whose values need e5m2's range: when amax / smallest is more "
+            "than 448 / 2^-6 = 28,672 (15 binades), the smallest values land below e4m3's normal range once amax "
+            "sits on 448, and lose their bits; e5m2 spans 30 binades (its scale maps amax to 57,344).",
+            lambda amax, smallest: fp8.E4M3.max / amax),
+    Mistake("this scale maps amax to 57,344, e5m2's largest number, also for tensors that fit e4m3 (amax / smallest "
+            "within 28,672): those take e4m3, whose extra mantissa bit halves the rounding error, with scale "
+            "448 / amax. (Cast to e4m3 with e5m2's scale, everything above 448 would clip.)",
+            lambda amax, smallest: fp8.E5M2.max / amax),
+    Mistake("this is the descale, amax / max: the scale multiplies the tensor onto the format (x · max / amax), the "
+            "kernel multiplies the descale back in.",
+            lambda amax, smallest: amax / (fp8.E5M2 if _needs_e5m2(amax, smallest) else fp8.E4M3).max),
+    Mistake("a scale of 1 casts the tensor as it is: values beyond the format's largest number clip (torch's cast to "
+            "e4m3 saturates at 448) and small ones fall out of the normal range. Scale so that amax lands on the "
+            "format's largest number.", lambda amax, smallest: 1.0),
+]
+
+
+def _fp8_scale(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(amax=3.5, smallest=0.01), dict(amax=900.0, smallest=0.5),
+                         dict(amax=2.0 ** 17, smallest=1.0), dict(amax=0.004, smallest=1e-9),
+                         dict(amax=1.0, smallest=1.0 / 28672), dict(amax=1.0, smallest=1.0 / 28673)]
+    return check_values("08.fp8_scale", fn, _fp8_scale_right, args, _SCALE_MISTAKES)
+
+
+def _score_error_right(mantissa_bits: int, abs_dot: float) -> float:
+    u = 2.0 ** -(mantissa_bits + 1)
+    return ((1 + u) ** 2 - 1) * abs_dot
+
+
+_SCORE_MISTAKES = [
+    Mistake("2^-M is the whole step between neighbouring numbers near 1; rounding to nearest moves a value by at most "
+            "half of it, u = 2^-(M+1).",
+            lambda mantissa_bits, abs_dot: ((1 + 2.0 ** -mantissa_bits) ** 2 - 1) * abs_dot),
+    Mistake("both q and k are rounded: each product q_d·k_d becomes q_d(1+δ)·k_d(1+ε), off by up to (1+u)² − 1 of "
+            "itself, not u.", lambda mantissa_bits, abs_dot: 2.0 ** -(mantissa_bits + 1) * abs_dot),
+    Mistake("2u is the first-order bound; the worst case is (1+u)² − 1 = 2u + u² (both roundings in the same "
+            "direction), and u² is not negligible when u = 1/16.",
+            lambda mantissa_bits, abs_dot: 2 * 2.0 ** -(mantissa_bits + 1) * abs_dot),
+]
+
+
+def _score_error(fn, arguments: Iterable[dict] | None = None) -> Report:
+    args = arguments or [dict(mantissa_bits=3, abs_dot=1.0), dict(mantissa_bits=2, abs_dot=1.0),
+                         dict(mantissa_bits=3, abs_dot=37.5), dict(mantissa_bits=10, abs_dot=8.0)]
+    return check_values("08.score_error", fn, _score_error_right, args, _SCORE_MISTAKES)
+
+
+def _decode(bits: int, name: str) -> float:
+    """The value of one byte in one format, as torch decodes it."""
+    f = fp8.fmt(name)
+    return float(torch.tensor([bits], dtype=torch.int32).to(torch.uint8).view(f.dtype).double()[0])
+
+
+def _decode_as(bits: int, name: str, *, bias_shift: int = 0, fnuz_rules: bool | None = None) -> float:
+    """A learner's decoder with one rule changed: the bias off by ``bias_shift``, or the fn/fnuz special values of the
+    other family (``fnuz_rules``)."""
+    f = fp8.fmt(name)
+    fnuz = f.fnuz if fnuz_rules is None else fnuz_rules
+    sign, e, m = bits >> 7, (bits >> f.mantissa_bits) & ((1 << f.exponent_bits) - 1), bits & ((1 << f.mantissa_bits) - 1)
+    top = (1 << f.exponent_bits) - 1
+    if fnuz and bits == 0x80:
+        return math.nan
+    if not fnuz and f.exponent_bits == 5 and e == top:
+        return math.nan if m else math.copysign(math.inf, -sign or 1)
+    if not fnuz and f.exponent_bits == 4 and e == top and m == (1 << f.mantissa_bits) - 1:
+        return math.nan
+    bias = f.bias + bias_shift
+    value = (2.0 ** (1 - bias) * m / 2 ** f.mantissa_bits if e == 0 else
+             2.0 ** (e - bias) * (1 + m / 2 ** f.mantissa_bits))
+    return -value if sign else value
+
+
+def _same_value(a: float, b: float) -> bool:
+    if math.isnan(b):
+        return math.isnan(a)
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+_BITS_MISTAKES = [
+    ("the fnuz formats' exponent bias is one more than the fn formats' (8 for e4m3fnuz, 16 for e5m2fnuz): the same "
+     "bits mean half the value.", lambda bits, fmt: _decode_as(bits, fmt, bias_shift=-1 if fp8.fmt(fmt).fnuz else 0)),
+    ("in an fnuz format the pattern 0x80 (sign set, all else zero) is the one NaN: fnuz has no negative zero.",
+     lambda bits, fmt: -0.0 if fp8.fmt(fmt).fnuz and bits == 0x80 else _decode(bits, fmt)),
+    ("these are the fnuz rules in an fn format: e4m3fn and e5m2 have a negative zero (0x80 is -0.0), e5m2 has "
+     "infinities (exponent all ones, mantissa 0) and e4m3fn one NaN per sign (S.1111.111).",
+     lambda bits, fmt: _decode(bits, fmt) if fp8.fmt(fmt).fnuz else _decode_as(bits, fmt, fnuz_rules=True)),
+    ("these are the fn formats' special values in an fnuz format: fnuz has no infinities and no NaN but 0x80, so its "
+     "top exponent holds ordinary numbers (e4m3fnuz's largest, 0x7F, is 240; e5m2fnuz's is 57,344).",
+     lambda bits, fmt: (math.nan if bits == 0x80 else _decode_as(bits, fmt, fnuz_rules=False)) if fp8.fmt(fmt).fnuz
+     else _decode(bits, fmt)),
+]
+
+
+def _fp8_value(fn, arguments: Iterable[dict] | None = None) -> Report:
+    """Every byte of every format by default; the values compared with torch's decoding, NaN and the sign of zero
+    included."""
+    args = list(arguments) if arguments is not None else [dict(bits=b, fmt=name) for name in fp8.FORMATS
+                                                          for b in range(256)]
+    returned, first_wrong = [], None
+    for a in args:
+        call = f"fp8_value(bits=0x{a['bits']:02X}, fmt={a['fmt']!r})"
+        got = learner_call("08.fp8_value", fn, (), dict(a), call)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise CheckFailed(f"08.fp8_value: {call} returned {type(got).__name__} {got!r}; expected a float "
+                              "(math.nan for NaN, math.inf for infinity).")
+        want = _decode(a["bits"], a["fmt"])
+        returned.append((a, float(got)))
+        if first_wrong is None and not _same_value(float(got), want):
+            first_wrong = f"08.fp8_value: {call} returned {float(got)!r}, expected {want!r}"
+    if first_wrong is None:
+        return Report("08.fp8_value", len(args))
+    fits = [text for text, decoder in _BITS_MISTAKES if all(_same_value(g, decoder(**a)) for a, g in returned)]
+    raise CheckFailed(first_wrong + (f"\n  hint: {fits[0]}" if len(fits) == 1 else ""))
+
+
+# Two multiple-choice questions; the answer is a dict of the letters chosen.
+FP8_QUESTIONS = {
+    "forward_e4m3": (
+        "Why can the forward keep Q, K and V in e4m3 when the gradients of the backward need e5m2?",
+        {"a": "Gradients are larger than activations, and e4m3 holds nothing above 448.",
+         "b": "A scale fixes a tensor's largest value, not its spread: activations lie within about 15 binades of "
+              "their maximum, which e4m3 covers with one more mantissa bit; gradients spread over more binades "
+              "than e4m3 spans, and only e5m2's 30 keep their small values from flushing to zero.",
+         "c": "Tensor cores multiply e4m3 faster than e5m2.",
+         "d": "The backward needs infinities, which e4m3fn lacks."}),
+    "fnuz": (
+        "What does an fnuz format (e4m3fnuz, e5m2fnuz) change?",
+        {"a": "It has no NaN at all.",
+         "b": "It stores the same numbers with the bytes in another order.",
+         "c": "No negative zero: the pattern 0x80 is its one NaN; no infinities; the exponent bias is one more, so "
+              "the same bits mean half the value (e4m3fnuz tops out at 240, not 448).",
+         "d": "It saturates at its largest number where the fn format gives NaN."}),
+}
+_FP8_ANSWERS = {"forward_e4m3": "b", "fnuz": "c"}
+_WHY_WRONG = {
+    ("forward_e4m3", "a"): "a scale moves any tensor's maximum onto 448: size alone never needs e5m2. It is the "
+                           "spread between the largest and the smallest values that matters.",
+    ("forward_e4m3", "c"): "Hopper's tensor cores take e4m3 and e5m2 at the same rate.",
+    ("forward_e4m3", "d"): "nothing in a backward needs infinities; an infinity in a gradient is an overflow, which a "
+                           "scale avoids.",
+    ("fnuz", "a"): "fnuz has exactly one NaN, the pattern 0x80 that would be -0.",
+    ("fnuz", "b"): "the bit layout is the same (sign, exponent, mantissa); what changes is the bias and the special "
+                   "values.",
+    ("fnuz", "d"): "saturation is a property of a cast, not of a format; fnuz changes the bias and the special values.",
+}
+
+
+def _fp8_choices(fn) -> Report:
+    got = learner_call("08.fp8_choices", fn, (), {}, "fp8_choices()")
+    if not isinstance(got, dict) or set(got) != set(FP8_QUESTIONS):
+        raise CheckFailed(f"08.fp8_choices: fp8_choices() returned {got!r}; expected a dict with the keys "
+                          f"{sorted(FP8_QUESTIONS)}, each a letter.")
+    for key, want in _FP8_ANSWERS.items():
+        answer = str(got[key]).strip().lower()
+        if answer not in FP8_QUESTIONS[key][1]:
+            raise CheckFailed(f"08.fp8_choices: {key!r} is {got[key]!r}; choose one of "
+                              f"{', '.join(FP8_QUESTIONS[key][1])}.")
+        if answer != want:
+            raise CheckFailed(f"08.fp8_choices: {key!r}: {answer!r} is not the answer.\n  hint: "
+                              f"{_WHY_WRONG[key, answer]}")
+    return Report("08.fp8_choices", len(_FP8_ANSWERS))
+
+
+EXERCISES = EXERCISES + (
+    Exercise("08.fp8_scale", "An fp8 format and its scale from a tensor's absolute maximum", _fp8_scale),
+    Exercise("08.score_error", "The worst error of a score from the formats' mantissa bits", _score_error),
+    Exercise("08.fp8_value", "The value of a byte in e4m3fn, e5m2 and their fnuz variants", _fp8_value),
+    Exercise("08.fp8_choices", "Why e4m3 forward and e5m2 gradients; what fnuz changes", _fp8_choices),
+)
+
+DRAWS = {
+    "08.fp8_scale": lambda r: (lambda amax: dict(amax=amax, smallest=amax / 2.0 ** r.uniform(0.5, 28)))(
+        10.0 ** r.uniform(-4, 5)),
+    "08.score_error": lambda r: dict(mantissa_bits=r.choice((2, 3, 7, 10)), abs_dot=round(r.uniform(0.01, 200), 6)),
+    "08.fp8_value": lambda r: dict(bits=r.randint(0, 255), fmt=r.choice(sorted(fp8.FORMATS))),
+}
+
+MODEL_POLICY = {
+    "08.fp8_scale": ModelPolicy(("course.models.fp8.choose_format", "course.models.fp8.quantize_per_head"),
+                                "it is the course's own format rule and quantiser, which the exercise asks you to "
+                                "write (course.models.fp8.E4M3 and E5M2 give you the formats' numbers)"),
+    "08.score_error": ModelPolicy(("course.models.fp8.score_error_bound", "course.models.fp8.p_rounding_bound"),
+                                  "it is the course's own error bound, which the exercise asks you to derive"),
+    "08.fp8_value": ModelPolicy(("course.models.fp8.grid",),
+                                "it decodes every byte of a format, which the exercise asks you to do by hand"),
+}
+
+LADDERS = LADDERS + (
+    ladder(_FP8,
+           "The kernel multiplies the 8-bit tiles as they are. Which factor do Q8·K8ᵀ and P·V8 each miss?",
+           "Q8 = Q / dq and K8 = K / dk per head, so Q Kᵀ = dq·dk · Q8 K8ᵀ: fold dq·dk into qk_scale. O = P V / l = "
+           "dv · P V8 / l: fold dv into o_scale, and divide out P_SCALE, the power of two P was cast with.",
+           "    q_descale = tl.load(q_descale_ptr + b * n_heads + h)\n"
+           "    k_descale = tl.load(k_descale_ptr + b * n_kv_heads + kv_h)\n"
+           "    v_descale = tl.load(v_descale_ptr + b * n_kv_heads + kv_h)\n"
+           "    qk_scale = sm_scale_log2e * q_descale * k_descale\n"
+           "    o_scale = v_descale / P_SCALE"),
+    ladder("08.fp8_scale",
+           "A scale maps amax onto the format's largest number. Which format's largest number: what decides it?",
+           "Once amax sits on the format's max, the smallest value that must keep its bits sits at smallest · max / "
+           "amax. For e4m3 that must be at least 2^-6 (its smallest normal): amax / smallest ≤ 448 / 2^-6 = 28,672.",
+           "    e4m3 = smallest * (448.0 / amax) >= 2.0 ** -6\n"
+           "    return (448.0 if e4m3 else 57344.0) / amax",
+           cell="08_capstone/fp8_scale"),
+    ladder("08.score_error",
+           "Rounding to nearest with M mantissa bits moves a normal number by at most what fraction of itself?",
+           "u = 2^-(M+1), half a step. Both factors of each product move, each by at most u of itself, so the "
+           "product moves by a factor between (1 − u)² and (1 + u)².",
+           "The worst product is off by (1 + u)² − 1 of itself; summed over d: `((1 + u) ** 2 - 1) * abs_dot` with "
+           "`u = 2.0 ** -(mantissa_bits + 1)`.",
+           cell="08_capstone/score_error"),
+    ladder("08.fp8_value",
+           "Split the byte: sign = bits >> 7, then E exponent bits, then M mantissa bits. What are E, M and the bias "
+           "of each format?",
+           "e4m3fn: 4, 3, bias 7; e5m2: 5, 2, bias 15; the fnuz variants: the same fields, bias one more (8, 16). "
+           "Exponent field 0 is subnormal: 2^(1-bias) · m / 2^M; otherwise 2^(e-bias) · (1 + m / 2^M).",
+           "Special values: e4m3fn: S.1111.111 is NaN, nothing else (no inf); e5m2: exponent all ones is inf "
+           "(mantissa 0) or NaN; fnuz: only 0x80 is special (NaN), and there is no -0.",
+           cell="08_capstone/fp8_value"),
+    ladder("08.fp8_choices",
+           "A scale moves a tensor's largest value anywhere. What can a scale not change?",
+           "The ratio of its largest to its smallest values: how many binades it spans. Compare that with each "
+           "format's max / smallest normal. For fnuz: decode 0x80 and 0x7F in e4m3fnuz.",
+           "Activations span fewer binades than e4m3's 15 (b); fnuz keeps the fields and changes the bias and the "
+           "special values (c): `return {\"forward_e4m3\": \"b\", \"fnuz\": \"c\"}`.",
+           cell="08_capstone/fp8_choices"),
 )

@@ -8,6 +8,7 @@ originals. :func:`fp8_explorer` draws both.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -92,6 +93,13 @@ def sample_qkv(n: int = 64, d: int = 32, outliers: bool = True, seed: int = 0):
     return q, k, v
 
 
+@functools.lru_cache(maxsize=4)
+def _errors(outliers: bool, offsets: tuple[int, ...]) -> dict[str, list[float]]:
+    """Attention's error at every offset of the slider, for both formats: computed once per sample, not per move."""
+    q, k, v = sample_qkv(outliers=outliers)
+    return {name: [fp8_attention_error(q, k, v, name, o) for o in offsets] for name in ("e4m3fn", "e5m2")}
+
+
 @interactive
 def fp8_explorer():
     """Lesson 08: slide the scale of K (in binades from the one that puts its maximum on the format's largest number)
@@ -111,7 +119,7 @@ def fp8_explorer():
         log2_scale = math.log2(f.max / float(k.abs().max())) + offset
         view = fp8_view(k, f, log2_scale)
         offsets = list(range(-12, 7))
-        errors = {name: [fp8_attention_error(q, k, v, name, o) for o in offsets] for name in ("e4m3fn", "e5m2")}
+        errors = _errors(outliers, tuple(offsets))
         text.value = (f"<p style='max-width:60em'>K: {view.summary()}<br>Attention's error with Q, K, V in {f.name} "
                       f"at this scale: {errors[f.name][offsets.index(offset)]:.3g} of max |O|.</p>")
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
