@@ -336,6 +336,18 @@ FILES: dict[str, tuple] = {
              Step("dK, dV summed per K/V head by the kernels", match(r"return dq, dk, dv")),
              function="FlashAttention.backward"),
     ),
+    _T + "08_fp8_forward.py": (
+        Intro(_T + "08_fp8_forward.py"),
+        code(_T + "08_fp8_forward.py", "descale",
+             Step("one descale per head, from float32 tensors", match(r"_descale = tl\.load")),
+             Step("Q's and K's fold into the softmax scale", match(r"qk_scale =")),
+             Step("V's, and P's power of two, into O's", match(r"o_scale ="))),
+        code(_T + "08_fp8_forward.py", None,
+             Step("fp8 × fp8 on tensor cores, fp32 out", match(r"s = tl\.dot")),
+             Step("P scaled by a power of two", match(r"p_scaled = p \* P_SCALE")),
+             Step("P · V in fp8 too", match(r"acc = tl\.dot")),
+             function="attend_fp8_blocks"),
+    ),
     # Lesson 09
     "tt/09_one_core.py": (
         Intro("tt/09_one_core.py"),
