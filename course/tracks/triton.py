@@ -34,7 +34,8 @@ from course.kernels import load_triton_module
 from course.tracks import table
 from course.tracks.table import KernelExercise
 
-__all__ = ["STEPS", "step", "solution", "autotune", "autotuning", "table_config", "check_configs"]
+__all__ = ["STEPS", "step", "solution", "autotune", "autotuning", "table_config", "pick_row", "capability_of",
+           "check_configs"]
 
 STEPS: list[KernelExercise] = table.exercises(track="triton")
 
@@ -88,16 +89,16 @@ def pick_row(rows: list[tuple], head_dim: int, dtype: Any, causal: bool, n_q: in
 
 
 def capability_of(device: Any) -> tuple[int, int] | None:
-    """The compute capability Triton compiles for on ``device`` (a torch.device): None on the interpreter and
-    for anything but a CUDA device."""
-    if tiers.triton_interpreted() or getattr(device, "type", None) != "cuda":
+    """The NVIDIA compute capability Triton compiles for on ``device`` (a torch.device): None on the interpreter,
+    for anything but a CUDA device, and on ROCm (whose "capabilities" are not NVIDIA's: an MI200 reports (9, 0))."""
+    if tiers.triton_interpreted() or getattr(device, "type", None) != "cuda" or torch.version.hip:
         return None
-    return _capability(device.index)
+    return _capability(torch.cuda.current_device() if device.index is None else device.index)
 
 
 @functools.lru_cache(maxsize=None)
-def _capability(index: int | None) -> tuple[int, int]:
-    """The compute capability of CUDA device ``index`` (the current one for None), read once per process."""
+def _capability(index: int) -> tuple[int, int]:
+    """The compute capability of CUDA device ``index``, read once per process."""
     return tuple(torch.cuda.get_device_capability(index))
 
 

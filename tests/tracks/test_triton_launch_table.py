@@ -93,6 +93,20 @@ def test_interpreter_and_cpu_devices_have_no_capability():
     assert triton_track.capability_of("cpu") is None
 
 
+def test_the_capability_is_nvidias_and_rocm_has_none(monkeypatch):
+    """Compiled natively, a CUDA device's capability is read from torch (once per device); on ROCm, where an MI200
+    reports (9, 0), no NVIDIA table applies."""
+    monkeypatch.setattr(triton_track.tiers, "triton_interpreted", lambda: False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or (9, 0))
+    assert triton_track.capability_of(torch.device("cuda", 7)) == (9, 0)
+    assert triton_track.capability_of(torch.device("cuda", 7)) == (9, 0)
+    assert asked == [7], "read once per device"
+    monkeypatch.setattr(torch.version, "hip", "6.2")
+    assert triton_track.capability_of(torch.device("cuda", 7)) is None
+
+
 def test_the_tables_hold_only_configs_of_the_autotune_lists(fwd, bwd):
     """So the compile gate's ``--tuned --all-configs`` compiles every config a direct call can launch, and the
     interpreter tests of the tuning lists (test_triton_backward_autotune.py) prove each one's gradients."""
