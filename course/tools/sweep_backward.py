@@ -10,7 +10,10 @@ config for one kernel (``configs={kernel: config}``), whose dQ, dK and dV must a
 a few rounding steps of the dtype before its time counts. Two kinds of launch are swept:
 
 * ``dkdv``: atomic mode, the dK/dV kernel that also adds dQ with atomics (the capstone's default backward);
-* ``dq``: split mode (the deterministic backward), its dQ kernel, with the dK/dV kernel at its check config.
+* ``dq``: split mode (the deterministic backward), its dQ kernel, with the dK/dV kernel at its check config;
+* ``dkdv_split``: split mode's dK/dV kernel (no atomics), with the dQ kernel at its check config. The H200 run
+  did not sweep it: with ``dq``'s winner it says what the deterministic backward costs at its best, and whether
+  a backward without atomics can match the atomic one (the choice of dQ design).
 
 Each result is one JSON line (stdout, and ``--out``): shape, kind, config, median ms, speed-up over the
 check config, backward TFLOP/s, the relative errors against the reference, and whether it agreed; a config the
@@ -60,7 +63,8 @@ class Shape:
 # The shapes of the H200 run: the leaderboard's, and a 128-wide causal one (where the dK/dV kernel's registers bind).
 SHAPES = {"leaderboard": Shape(1, 16, 16384, 64, True, torch.bfloat16),
           "d128_causal": Shape(4, 32, 4096, 128, True, torch.float16)}
-KINDS = {"dkdv": ("atomic", "dkdv_kernel"), "dq": ("split", "dq_kernel")}
+# kind: (dq mode, the kernel whose config is swept; the other kernels run their check configs)
+KINDS = {"dkdv": ("atomic", "dkdv_kernel"), "dq": ("split", "dq_kernel"), "dkdv_split": ("split", "dkdv_kernel")}
 
 Config = tuple[int, int, int, int]  # BLOCK_M, BLOCK_N, warps, stages
 
@@ -72,13 +76,14 @@ def grid(kind: str, head_dim: int) -> list[Config]:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     if head_dim > 128:
         return []
+    dkdv = KINDS[kind][1] == "dkdv_kernel"
     if head_dim <= 64:
-        tiles = ([(16, 64), (32, 64), (64, 64), (16, 128), (32, 128), (64, 128), (128, 64), (128, 128)]
-                 if kind == "dkdv" else [(64, 32), (128, 32), (64, 64), (128, 64), (128, 128), (64, 128)])
+        tiles = ([(16, 64), (32, 64), (64, 64), (16, 128), (32, 128), (64, 128), (128, 64), (128, 128)] if dkdv
+                 else [(64, 32), (128, 32), (64, 64), (128, 64), (128, 128), (64, 128)])
         stages = (2, 3, 4)
     else:
-        tiles = ([(16, 32), (32, 32), (16, 64), (32, 64), (64, 64), (64, 32), (32, 128)]
-                 if kind == "dkdv" else [(64, 32), (128, 32), (64, 64), (128, 64), (32, 64)])
+        tiles = ([(16, 32), (32, 32), (16, 64), (32, 64), (64, 64), (64, 32), (32, 128)] if dkdv
+                 else [(64, 32), (128, 32), (64, 64), (128, 64), (32, 64)])
         stages = (2, 3)
     return [(m, n, warps, s) for m, n in tiles for warps in (4, 8) for s in stages]
 
@@ -188,7 +193,8 @@ NO_GPU = ("sweep_backward times lesson 07's backward on an NVIDIA GPU with Trito
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m course.tools.sweep_backward", description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
-    p.add_argument("--kinds", default=",".join(KINDS), help="dkdv (atomic mode), dq (split mode), or both")
+    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: dkdv (atomic mode's dK/dV kernel), dq "
+                   "(split mode's dQ kernel), dkdv_split (split mode's dK/dV kernel); default all three")
     p.add_argument("--reps", type=int, default=20, help="at least this many timed runs per config")
     p.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     p.add_argument("--list", action="store_true", help="print the configs that would be timed, and stop")

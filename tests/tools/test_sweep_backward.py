@@ -17,23 +17,25 @@ def _power_of_two(x: int) -> bool:
     return x >= 16 and x & (x - 1) == 0
 
 
-@pytest.mark.parametrize("kind", ["dkdv", "dq"])
+@pytest.mark.parametrize("kind", ["dkdv", "dq", "dkdv_split"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_the_grid_holds_the_check_config_and_the_h200_winners(kind, head_dim):
     configs = sweep_tool.grid(kind, head_dim)
     assert len(configs) == len(set(configs)) > 10
     for m, n, warps, stages in configs:
         assert _power_of_two(m) and _power_of_two(n) and warps in (4, 8) and 2 <= stages <= 4
-    check = load_triton_module("triton/07_backward").check_config(head_dim, F16)[f"{kind}_kernel"]
+    kernel = sweep_tool.KINDS[kind][1]
+    check = load_triton_module("triton/07_backward").check_config(head_dim, F16)[kernel]
     assert (check.kwargs["BLOCK_M"], check.kwargs["BLOCK_N"], check.num_warps, check.num_stages) in configs
-    winners = {("dkdv", 64): (128, 128, 8, 2), ("dkdv", 128): (32, 64, 4, 2), ("dq", 64): (128, 64, 8, 4),
-               ("dq", 128): (64, 32, 4, 2)}
-    assert winners[kind, head_dim] in configs
+    winners = {("dkdv_kernel", 64): (128, 128, 8, 2), ("dkdv_kernel", 128): (32, 64, 4, 2),
+               ("dq_kernel", 64): (128, 64, 8, 4), ("dq_kernel", 128): (64, 32, 4, 2)}
+    assert winners[kernel, head_dim] in configs
+    assert sweep_tool.KINDS[kind][0] == ("atomic" if kind == "dkdv" else "split")
 
 
 def test_no_grid_past_d128_and_unknown_kinds_refused():
     assert sweep_tool.grid("dkdv", 256) == [] and sweep_tool.grid("dq", 256) == []
-    with pytest.raises(ValueError, match="kind must be one of dkdv, dq"):
+    with pytest.raises(ValueError, match="kind must be one of dkdv, dq, dkdv_split"):
         sweep_tool.grid("dv", 64)
 
 
@@ -69,16 +71,16 @@ def _fake_timer(calls: list):
 def test_the_loop_validates_then_times_each_config_on_the_interpreter():
     calls: list = []
     configs = lambda kind, d: [(16, 32, 4, 2), (32, 16, 4, 3)]  # noqa: E731
-    records = list(sweep_tool.sweep(TINY, ["dkdv", "dq"], _fake_timer(calls), "cpu", configs=configs))
+    kinds = ["dkdv", "dq", "dkdv_split"]
+    records = list(sweep_tool.sweep(TINY, kinds, _fake_timer(calls), "cpu", configs=configs))
     assert [(r["kind"], r["config"] if isinstance(r["config"], str) else tuple(r["config"].values()))
-            for r in records] == [("dkdv", "check_config"), ("dkdv", (16, 32, 4, 2)), ("dkdv", (32, 16, 4, 3)),
-                                  ("dq", "check_config"), ("dq", (16, 32, 4, 2)), ("dq", (32, 16, 4, 3))]
+            for r in records] == [(kind, c) for kind in kinds for c in ("check_config", (16, 32, 4, 2), (32, 16, 4, 3))]
     for r in records:
         json.dumps(r)
         if r["config"] != "check_config":
             assert r["agrees"] and r["ms"] == 1.0 and "error" not in r, r
     assert records[1]["speedup"] == 2.0
-    assert len(calls) == 6
+    assert len(calls) == 9
 
 
 def test_a_config_that_disagrees_is_not_timed_and_one_that_fails_is_a_line(monkeypatch):
