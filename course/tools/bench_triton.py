@@ -71,6 +71,7 @@ from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_
                                  forward_flops, measure, tflops)
 from course.exercises import check
 from course.inputs import Case
+from course.lessons.lesson08 import Fp8Case
 from course.tracks import triton as triton_track
 from course.tracks.triton import STEPS, solution
 
@@ -147,7 +148,12 @@ KERNELS: tuple[Kernel, ...] = (
 # Timed only when named (--kernels ...,08d): lesson 08's operator called directly, outside autotune(), as a model
 # calls it: the launch tables of lessons 06 and 07 on a GPU family they name, the check configs elsewhere.
 DIRECT = Kernel("08d", "08 direct call", "08.flash_attention_triton", _EVERYTHING)
-OPTIONAL: tuple[Kernel, ...] = (DIRECT,)
+# Lesson 08's fp8 forward (Q, K, V in e4m3, per-head scales): timed by default from the command line, beside the
+# capstone's 16-bit forward; its inputs are quantised once per shape, so the kernel alone is timed. A GPU before
+# sm_89 has no fp8 tensor cores: its rows say so instead of a time.
+FP8 = Kernel("08f", "08 fp8 forward", "08.fp8_forward_triton", _FORWARD_ANY)
+FP8_TOLERANCE = 0.1  # relative RMS against SDPA: e4m3 rounds Q, K, V and P by up to 1/16 each (course.models.fp8)
+OPTIONAL: tuple[Kernel, ...] = (DIRECT, FP8)
 _BY_KEY = {k.key: k for k in KERNELS + OPTIONAL}
 
 
@@ -434,6 +440,10 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         lines.append("- 08 direct call: the same operator called outside `autotune()`, as a model calls it: the launch "
                      "tables of lessons 06 and 07 (`LAUNCH_TABLE`) where they name this GPU, the check configs elsewhere; "
                      "nothing is tuned or timed at call time.")
+    if any(m.kernel == FP8.key for m in measurements):
+        lines.append("- 08 fp8 forward: lesson 08's fp8 kernel on Q, K, V quantised to e4m3 per head once per shape (the "
+                     "kernel alone is timed; O in float16); its output is compared with SDPA's within a relative RMS of "
+                     f"{FP8_TOLERANCE:g}, what 8-bit operands allow. A GPU before sm_89 has no fp8 tensor cores.")
     for note in info.notes:
         lines.append(f"- {note}")
     if info.plot:
@@ -532,11 +542,36 @@ def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     """``fn(q, k, v, causal) → o`` for a lesson kernel, through course.tracks.triton."""
     # Benchmarks autotune (checks never); the direct-call row times what a model's call launches.
     fn = triton_track.solution(triton_track.step(kernel.exercise), tuned=kernel.key != DIRECT.key)
+    if kernel.key == FP8.key:
+        return _fp8_runner(fn)
     if kernel.key in ("03", "04", "05"):
         return lambda q, k, v, causal: fn(q, k, v)[0]
     if kernel.key == "06":
         return lambda q, k, v, causal: fn(q, k, v, causal)[0]
     return lambda q, k, v, causal: fn(q, k, v, causal=causal)
+
+
+def _fp8_runner(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The fp8 forward on inputs quantised to e4m3 once per input tensor (not inside the timed call)."""
+    from course.kernels import load_triton_module  # here, not on top: only the fp8 row needs the kernel file
+    from course.models import fp8  # here, not on top: only the fp8 row quantises
+    if torch.cuda.is_available() and not tiers.triton_interpreted() and torch.cuda.get_device_capability() < (8, 9):
+        major, minor = torch.cuda.get_device_capability()
+        raise RuntimeError(f"this GPU (sm_{major}{minor}) has no fp8 tensor cores (they start with sm_89: Ada, "
+                           "Hopper), so the fp8 forward is not timed here")
+    module = load_triton_module(triton_track.step(FP8.exercise).kernel_file)
+    quantised: dict[int, tuple] = {}
+
+    def run(q, k, v, causal):
+        key = id(q)
+        if key not in quantised:  # the first call of a shape: quantise, and check the whole path once
+            quantised.clear()
+            parts = [fp8.quantize_per_head(t, fp8.E4M3) for t in (q, k, v)]
+            quantised[key] = (*(p[0] for p in parts), *(p[1] for p in parts))
+            fn(q, k, v, causal=causal)
+        q8, k8, v8, dq, dk, dv = quantised[key]
+        return module.fp8_attention_forward(q8, k8, v8, dq, dk, dv, causal, 1.0 / math.sqrt(q.shape[-1]))[0]
+    return run
 
 
 def _sdpa(backend: str = "FLASH_ATTENTION") -> Callable[..., Any]:
@@ -700,7 +735,8 @@ def run_gpu(plan: Plan, results: list[Measurement], backend: Backend | None = No
                     reference = outputs
                 elif reference is not None:
                     m.max_abs_diff, m.rel_rms_diff, m.worst_output = compare_outputs(outputs, reference)
-                    m.flagged = disagrees(m.max_abs_diff, m.rel_rms_diff, shape.dtype)
+                    m.flagged = (disagrees(m.max_abs_diff, m.rel_rms_diff, shape.dtype) if kernel.key != FP8.key
+                                 else not m.rel_rms_diff <= FP8_TOLERANCE)
                 outputs = None
                 timing = measure(step, synchronize=sync, new_event=backend.new_event, flush=backend.flush,
                                  warmup=backend.warmup, min_reps=plan.min_reps, min_total_ms=backend.min_total_ms)
@@ -743,6 +779,7 @@ def smoke_cases() -> dict[str, Any]:
         "07.backward_atomic_triton": Case(17, 17, 16, causal=True, seed=6),
         "07.backward_split_triton": Case(17, 17, 16, causal=True, seed=7),
         "08.flash_attention_triton": Case(17, 17, 16, batch=(1, 2), causal=True, seed=8),
+        "08.fp8_forward_triton": Fp8Case(1, 2, 1, 17, 17, 32, causal=True, seed=9),
     }
 
 
@@ -902,7 +939,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.leaderboard:
         return leaderboard_plan(args.reps, cudnn=not args.no_cudnn, direct=DIRECT.key in (args.kernels or []))
     quick = args.quick
-    keys = set(args.kernels or [k.key for k in KERNELS])
+    keys = set(args.kernels or [k.key for k in KERNELS] + [FP8.key])
     if args.no_cudnn:
         keys.discard(CUDNN.key)
     return Plan(

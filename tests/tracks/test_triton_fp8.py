@@ -106,3 +106,20 @@ def test_the_gate_compiles_both_formats_for_sm90_and_says_why_not_e4m3_on_sm80()
     skipped = rows["e4m3", 80]
     assert skipped.status == "skip" and not skipped.compiled and "sm_80 has no e4m3" in skipped.note
     assert "1 e4m3 launch(es) not compiled for a target without fp8 tensor cores" in report.summary()
+
+
+def test_the_benchmark_times_the_fp8_forward_by_default_and_says_why_not_before_sm89(monkeypatch):
+    from course.tools import bench_triton as bench
+    plan = bench.plan_from_args(bench.build_parser().parse_args([]))
+    assert bench.FP8.key in [k.key for k in plan.kernels]
+    q, k, v = (t.contiguous() for t in Fp8Case(1, 2, 2, 64, 64, 32, seed=3).tensors())
+    run = bench._load_lesson(bench.FP8)
+    o = run(q, k, v, True)
+    reference = bench._sdpa()(q.float(), k.float(), v.float(), True).half()
+    assert bench.compare_outputs((o,), (reference,))[1] <= bench.FP8_TOLERANCE
+    assert torch.equal(run(q, k, v, True), o)  # the second call reuses the quantised inputs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(bench.tiers, "triton_interpreted", lambda: False)
+    with pytest.raises(RuntimeError, match=r"this GPU \(sm_80\) has no fp8 tensor cores"):
+        bench._load_lesson(bench.FP8)
