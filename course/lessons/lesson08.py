@@ -646,7 +646,8 @@ def _fp8_value(fn, arguments: Iterable[dict] | None = None) -> Report:
     raise CheckFailed(first_wrong + (f"\n  hint: {fits[0]}" if len(fits) == 1 else ""))
 
 
-# Two multiple-choice questions; the answer is a dict of the letters chosen.
+# Two multiple-choice questions; the answer is the pair of letters chosen, in this order (a pair, not a dict: the
+# grader's recording of an answer holds numbers, strings, tensors and sequences of them).
 FP8_QUESTIONS = {
     "forward_e4m3": (
         "Why can the forward keep Q, K and V in e4m3 when the gradients of the backward need e5m2?",
@@ -680,13 +681,13 @@ _WHY_WRONG = {
 
 def _fp8_choices(fn) -> Report:
     got = learner_call("08.fp8_choices", fn, (), {}, "fp8_choices()")
-    if not isinstance(got, dict) or set(got) != set(FP8_QUESTIONS):
-        raise CheckFailed(f"08.fp8_choices: fp8_choices() returned {got!r}; expected a dict with the keys "
-                          f"{sorted(FP8_QUESTIONS)}, each a letter.")
-    for key, want in _FP8_ANSWERS.items():
-        answer = str(got[key]).strip().lower()
+    if not (isinstance(got, (tuple, list)) and len(got) == len(FP8_QUESTIONS) and all(isinstance(x, str) for x in got)):
+        raise CheckFailed(f"08.fp8_choices: fp8_choices() returned {got!r}; expected a pair of letters, the answers to "
+                          f"{' and '.join(repr(k) for k in FP8_QUESTIONS)} in that order.")
+    for (key, want), letter in zip(_FP8_ANSWERS.items(), got):
+        answer = letter.strip().lower()
         if answer not in FP8_QUESTIONS[key][1]:
-            raise CheckFailed(f"08.fp8_choices: {key!r} is {got[key]!r}; choose one of "
+            raise CheckFailed(f"08.fp8_choices: the answer to {key!r} is {letter!r}; choose one of "
                               f"{', '.join(FP8_QUESTIONS[key][1])}.")
         if answer != want:
             raise CheckFailed(f"08.fp8_choices: {key!r}: {answer!r} is not the answer.\n  hint: "
@@ -755,6 +756,6 @@ LADDERS = LADDERS + (
            "The ratio of its largest to its smallest values: how many binades it spans. Compare that with each "
            "format's max / smallest normal. For fnuz: decode 0x80 and 0x7F in e4m3fnuz.",
            "Activations span fewer binades than e4m3's 15 (b); fnuz keeps the fields and changes the bias and the "
-           "special values (c): `return {\"forward_e4m3\": \"b\", \"fnuz\": \"c\"}`.",
+           "special values (c): `return (\"b\", \"c\")`.",
            cell="08_capstone/fp8_choices"),
 )

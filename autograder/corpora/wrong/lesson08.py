@@ -76,10 +76,10 @@ WRONG += [
                   edits=(("u = 2.0 ** -(mantissa_bits + 1)", "u = 2.0 ** -mantissa_bits"),),
                   hint="half of it"),
     WrongSolution(_A, "fp8_choices", "size-not-spread", "answers that e5m2 is needed for the larger values",
-                  edits=(('"forward_e4m3": "b"', '"forward_e4m3": "a"'),), hint="size alone never needs e5m2"),
+                  edits=(('return ("b", "c")', 'return ("a", "c")'),), hint="size alone never needs e5m2"),
     WrongSolution(_A, "fp8_choices", "fnuz-no-nan", "answers that fnuz has no NaN",
-                  edits=(('"fnuz": "c"', '"fnuz": "a"'),), hint="exactly one NaN"),
+                  edits=(('return ("b", "c")', 'return ("b", "a")'),), hint="exactly one NaN"),
     WrongSolution(_A, "fp8_choices", "fnuz-byte-order", "answers that fnuz reorders the bytes",
-                  edits=(('"fnuz": "c"', '"fnuz": "b"'),), hint="the bit layout is the same"),
+                  edits=(('return ("b", "c")', 'return ("b", "b")'),), hint="the bit layout is the same"),
 ] + kernel_answers(_A, "fp8_forward", {"triton": ("08.fp8_forward_triton", (
     "missing-qk-descale", "missing-v-descale", "qk-descale-twice", "v-descale-twice"))})
