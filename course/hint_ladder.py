@@ -3,12 +3,19 @@
     course.hint("01.naive_triton")          # the first hint; call again for the next, more specific one
     course.hint("01.naive_triton", 3)       # a given rung
     course.reveal("01.naive_triton")        # the reference solution, under a banner that says so
+    course.hint("04.double_buffer")         # a step, as its check cell names it: the hints of your track
 
 A failing check tells the learner what is wrong; the ladder is for when they still do not see how
 to fix it. Rungs go from a question that points at the idea to the line that does it, so a learner
 can stop climbing as soon as they can go on alone. ``reveal`` shows the solution region of the
 kernel file (kernel exercises) or the solution cell of the instructor notebook (Python exercises),
 read from the repository, never from the folder the learner's lab serves.
+
+A step offered in several tracks (``04.double_buffer``, the name its check cell shows) has a ladder per
+track. ``hint`` and ``reveal`` take the step's name too and answer for the learner's track: the one the
+lesson's ``course.check_tracks`` calls found written (:data:`course.track_choice.TOUCHED`), or the track
+of the hints climbed so far. When that names no single track, ``hint`` says in one sentence which names
+to ask for.
 
 Hints are tested like answers (tests/course/test_hint_ladder.py). Code in a rung is marked, so the
 tests can find it: inline code in backticks, and a block the learner can type as lines indented by
@@ -35,6 +42,7 @@ from course.grading.exercise import Ladder
 from course.lessons import lesson_modules
 from course.paths import REPO, SOLUTIONS
 from course.solution_regions import PYTHON_STUB_LINE, SOLUTION_REGION
+from course.track_choice import TOUCHED, exercise_for
 from course.tracks import table
 
 __all__ = ["LADDERS", "Ladder", "hint", "reveal", "solution_text", "code_spans", "code_blocks", "prose_of",
@@ -84,10 +92,59 @@ def _known(exercise: str) -> Ladder:
         raise CourseError(f"no hints for {exercise!r}; exercises with hints: {', '.join(sorted(LADDERS))}") from None
 
 
+def step_ladders(step: str) -> dict[str, str]:
+    """Track → the exercise id with a ladder, for a step offered in several tracks (``04.double_buffer``); empty
+    for any other name."""
+    return {track: exercise_for(step, track) for track in table.TRACKS if exercise_for(step, track) in LADDERS}
+
+
+def _studied(candidates: dict[str, str], step: str) -> list[str]:
+    """The tracks among ``candidates`` the learner studies, as far as this kernel has seen: those the step's last
+    check found written (or, before it, the latest check of any step), else those whose hints were climbed."""
+    for touched in (TOUCHED.get(step), TOUCHED.get("")):
+        if touched:
+            return [t for t in candidates if t in touched]
+    return [t for t in candidates if any(e.endswith(f"_{t}") for e in _climbed)]
+
+
+def _choices(step: str, candidates: dict[str, str], studied: list[str], call: str) -> str:
+    """One sentence: the step is in several tracks, why the learner's is not known, and the name of each."""
+    shown = {track: exercise for track, exercise in candidates.items() if not studied or track in studied}
+    names = [f"course.{call}({exercise!r}) for {table.TRACK_NAMES[track]}" for track, exercise in shown.items()]
+    listed = ", ".join(names[:-1]) + f" or {names[-1]}"
+    why = ("you have written it in more than one" if studied else
+           "this notebook has not yet seen which one you study (its check cell has not run on your code)")
+    return f"{step} is a step of {len(candidates)} tracks and {why}: ask for yours, {listed}."
+
+
+def _resolve(name: str, call: str) -> tuple[str | None, str]:
+    """(exercise id, how it was chosen) for ``name``, an exercise id or a step; (None, the sentence that names the
+    candidates) when a step's track cannot be told."""
+    if name in LADDERS:
+        return name, ""
+    candidates = step_ladders(name)
+    if not candidates:
+        _known(name)  # raises: no hints, and the names that have some
+    if len(candidates) == 1:
+        (track, exercise), = candidates.items()
+        return exercise, f" (the {table.TRACK_NAMES[track]} track's, the only one with this step)"
+    studied = _studied(candidates, name)
+    if len(studied) == 1:
+        return candidates[studied[0]], f" (your track, {table.TRACK_NAMES[studied[0]]})"
+    return None, _choices(name, candidates, studied, call)
+
+
 def hint(exercise: str, rung: int | None = None) -> None:
     """Print the next hint for ``exercise``, or hint number ``rung`` (1 is the gentlest).
 
+    ``exercise`` may be a step offered in several tracks (``04.double_buffer``): the hints are then those of the
+    learner's track, or, when it cannot be told, one sentence names the exercise of each track.
     It prints and returns nothing, so a cell that ends with ``course.hint(...)`` shows the hint once."""
+    resolved, how = _resolve(exercise, "hint")
+    if resolved is None:
+        print(how)
+        return
+    exercise = resolved
     ladder = _known(exercise)
     top = len(ladder.rungs)
     if rung is None:
@@ -97,7 +154,7 @@ def hint(exercise: str, rung: int | None = None) -> None:
     _climbed[exercise] = max(_climbed.get(exercise, 0), rung)
     more = (f"(call course.hint({exercise!r}) again for hint {rung + 1})" if rung < top
             else f"(that was the last hint; course.reveal({exercise!r}) shows the solution)")
-    print(f"hint {rung} of {top} for {exercise}: {ladder.rungs[rung - 1]}\n{more}")
+    print(f"hint {rung} of {top} for {exercise}{how}: {ladder.rungs[rung - 1]}\n{more}")
 
 
 def _kernel_file(exercise: str) -> str:
@@ -105,7 +162,11 @@ def _kernel_file(exercise: str) -> str:
 
 
 def solution_text(exercise: str) -> tuple[str, str]:
-    """(where it comes from, the solution text) for ``exercise``."""
+    """(where it comes from, the solution text) for ``exercise`` (a step: the learner's track's, as :func:`hint`)."""
+    resolved, why = _resolve(exercise, "reveal")
+    if resolved is None:
+        raise CourseError(why)
+    exercise = resolved
     ladder = _known(exercise)
     if ladder.cell:
         lesson, grade_id = ladder.cell.split("/")
@@ -136,8 +197,11 @@ def solution_text(exercise: str) -> tuple[str, str]:
 def reveal(exercise: str) -> None:
     """Print the reference solution of ``exercise``, under a banner that says what it is (and return nothing,
     so a cell that ends with ``course.reveal(...)`` shows it once)."""
-    where, text = solution_text(exercise)
-    banner = (f"REVEALING the reference solution of {exercise} (from {where}).\n"
+    resolved, why = _resolve(exercise, "reveal")
+    if resolved is None:
+        raise CourseError(why)
+    where, text = solution_text(resolved)
+    banner = (f"REVEALING the reference solution of {resolved} (from {where}).\n"
               "Type it in yourself rather than pasting it, and run the check again: the point is the idea, not the points.")
     rule = "-" * 80
     print(f"{banner}\n{rule}\n{text}\n{rule}")

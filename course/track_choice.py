@@ -22,7 +22,7 @@ from course.exercises import EXERCISES, check
 from course.grading import exercise as grading_run
 from course.tracks.table import TRACK_NAMES
 
-__all__ = ["TRACK_NAMES", "STEPS", "exercise_for", "check_tracks"]
+__all__ = ["TRACK_NAMES", "STEPS", "TOUCHED", "exercise_for", "check_tracks"]
 
 
 # Steps whose exercise ids do not follow "<step>_<track>": a Triton file that holds more than one
@@ -31,6 +31,12 @@ STEPS: dict[str, dict[str, str]] = {
     "02.online_attention": {"triton": "02.online_softmax_attention_triton", "cuda": "02.online_softmax_cuda",
                             "metal": "02.online_softmax_metal"},
 }
+
+
+# What the learner's checks showed of the tracks they study, in this kernel: step → the tracks its last
+# check_tracks call found touched (not as handed out), and "" → those of the latest call of any step.
+# course.hint reads it to give a step's hints in the learner's track.
+TOUCHED: dict[str, tuple[str, ...]] = {}
 
 
 def exercise_for(step: str, track: str) -> str:
@@ -75,6 +81,9 @@ def check_tracks(step: str, *, cases: Any = None, **answers: Any):
             passed = (track, report)
         if grading_run.STOP_AT_FIRST_PASS:
             break
+    touched = tuple(track for track, state, _ in outcomes if state != "not started")
+    if touched:
+        TOUCHED[step] = TOUCHED[""] = touched
     if passed is None:
         if all(state == "not started" for _, state, _ in outcomes):
             raise CheckFailed(f"{step}: not implemented yet in any track. Write the kernel in the language you "

@@ -222,7 +222,7 @@ def _compare(head: str, label: str, out: Any, ref: torch.Tensor, budget, dtype: 
     where = f"row {row}" if n_cols == 1 else f"row {row}, column {col}"
     return [
         head,
-        f"  {label} wrong in {_rows(bad_rows, n_rows)}",
+        f"  {label} is wrong in {_rows(bad_rows, n_rows)}",
         "  worst: {}: got {}, expected {}".format(where, *_fmt_apart(got, want)),
         f"  error {_fmt(worst)} vs budget {_fmt(budget.allowed)} "
         f"({budget.k:g}× the plain {str(dtype).replace('torch.', '')} error {_fmt(budget.plain_error)}, + floor): "

@@ -299,8 +299,27 @@ def _tile_problem(exercise: str, case: Case, v: _Visits, kernel: str) -> str | N
             text += ("\n  hint: these tiles are those of a mask aligned top-left (j <= i). The course aligns the "
                      "causal mask bottom-right: query i sees keys j <= i + (Nk − Nq), so with Nq ≠ Nk the "
                      "diagonal, and with it every loop bound, moves by Nk − Nq.")
+        elif v.owner == "query":
+            text += _one_key_off(v, tile, n_q, n_k, future, missing)
         return text
     return None
+
+
+def _one_key_off(v: _Visits, tile: int, n_q: int, n_k: int, future: set[int], missing: set[int]) -> str:
+    """The hint for a query tile's key loop whose upper bound is one key off, when the tiles it loaded say so: the
+    one tile it never loaded starts with the last key its last row sees (a bound one short), or the one tile too
+    many starts one key past it (a bound one long). Other tiles look like any loop bound: no hint."""
+    last = min(n_q, (tile + 1) * v.block_m) - 1 + n_k - n_q  # the last key the tile's last row sees
+    bound = last + 1                                        # what the bound must be: one past it
+    if missing == {last // v.block_n} and not future and last >= 0 and last % v.block_n == 0:
+        return (f"\n  hint: the loop stops one key early: its bound must be one past the last key the block's last "
+                f"row sees, {last} + 1 = {bound}. At {last} it ends before key tile {last // v.block_n}, whose first "
+                f"key, {last}, is that last key, so the last key column is never reached.")
+    if future == {bound // v.block_n} and not missing and 0 <= bound < n_k and bound % v.block_n == 0:
+        return (f"\n  hint: the loop runs one key too far: its bound must be one past the last key the block's last "
+                f"row sees, {last} + 1 = {bound}, the first key of key tile {bound // v.block_n}. One more, and the "
+                f"loop takes in that tile, which no row of the block sees.")
+    return ""
 
 
 def _bound_overrun(exercise: str, case: Case, exc, block_m: int | None) -> str | None:
@@ -348,7 +367,9 @@ def causal_tiles_triton(exercise: str, fn: Callable[..., Any], probes: Iterable[
     run = interpreted(fn)
     for case in probes:
         q, k, v = case.tensors(_device())
-        launches, fault = _run_recorded(run, (q, k, v), dict(causal=True), selects=True)
+        returned: list = []
+        launches, fault = _run_recorded(lambda *a, **kw: returned.append(run(*a, **kw)), (q, k, v),
+                                        dict(causal=True), selects=True)
         if fault is not None:
             if (text := _bound_overrun(exercise, case, fault, _block_m(run, case))):
                 raise CheckFailed(text)
@@ -359,9 +380,22 @@ def causal_tiles_triton(exercise: str, fn: Callable[..., Any], probes: Iterable[
             found = _visits(launch, "query", "k_ptr")
             if found is not None and (problem := _tile_problem(exercise, case, found, "")):
                 raise CheckFailed(problem)
+        wrong = _wrong_rows(returned, case, q, k, v)
         for launch in launches:  # the key tiles it loads are right: now which of them it masked
-            if (problem := _mask_problem(exercise, case, launch)):
+            if (problem := _mask_problem(exercise, case, launch, wrong)):
                 raise CheckFailed(problem)
+
+
+def _wrong_rows(returned: list, case: Case, q, k, v) -> set[int]:
+    """The query rows whose O (the first output of the one call in ``returned``) is off the float64 oracle on a
+    probe; empty when there is no O to compare."""
+    try:
+        out = returned[0][0] if isinstance(returned[0], (tuple, list)) else returned[0]
+        ref = attention(q.cpu(), k.cpu(), v.cpu(), True).o
+        err = (out.detach().cpu().double() - ref).abs().reshape(-1, case.n_q, ref.shape[-1]).amax(dim=(0, 2))
+    except Exception:  # noqa: BLE001 - not a measurement's to report: the value check that follows does
+        return set()
+    return set((~(err <= 1e-3 * max(1.0, float(ref.abs().max())))).nonzero().flatten().tolist())
 
 
 def masked_tiles(launch, argument: str = "k_ptr") -> dict[tuple[int, int, int], set[int]] | None:
@@ -394,42 +428,74 @@ def masked_tiles(launch, argument: str = "k_ptr") -> dict[tuple[int, int, int], 
     return masked
 
 
-def _mask_problem(exercise: str, case: Case, launch) -> str | None:
-    """The first program that masked a key tile its rows all see whole, in words; None when none did.
+def _mask_problem(exercise: str, case: Case, launch, wrong_rows: set[int] = frozenset()) -> str | None:
+    """The first program that ran a key tile the diagonal crosses without the mask while its rows come out wrong
+    (``wrong_rows``), or masked a key tile its rows all see whole, in words; None when none did.
 
     A tile needs the element-wise mask when the diagonal crosses it, or when it is the partial last tile (its
-    padding keys are hidden by the same select)."""
-    masked = masked_tiles(launch)
-    if not masked:
+    padding keys are hidden by the same select). A tile counts as masked when a select of a whole score tile ran
+    after its load; a kernel that masks some other way shows no select, so a tile it left unmasked is only named
+    when its rows are wrong."""
+    found = masked_tiles(launch)
+    if found is None:
         return None
     block_m, block_n = launch.constants["BLOCK_M"], launch.constants["BLOCK_N"]
     n_q, n_k = case.n_q, case.n_k
+    diag = n_k - n_q
     tiles = -(-n_k // block_n)
-    for program in sorted(masked):
-        query_tile = program[0]
-        if query_tile * block_m >= n_q:
-            continue
+    masked: dict[int, set[int]] = defaultdict(set)
+    for program, kts in found.items():
+        masked[program[0]] |= kts
+    where = f"{exercise}: on {case.describe()}, with {block_m} × {block_n} tiles"
+    rule = f"query i sees keys j <= {_offset_text(n_q, n_k)}"
+    for query_tile in range(-(-n_q // block_m)):
+        got = masked.get(query_tile, set())
         kinds = {kt: causal.tile_kind(n_q, n_k, block_m, block_n, query_tile, kt) for kt in range(tiles)}
-        needed = {kt for kt, kind in kinds.items() if kind == "diagonal"}
+        crossed = {kt for kt, kind in kinds.items() if kind == "diagonal"}
+        r0, r1 = query_tile * block_m, min(n_q, (query_tile + 1) * block_m) - 1
+        first_unseen = r0 + diag + 1  # the first key the block's first row does not see
+        unmasked = crossed - got
+        bad = sorted(r for r in wrong_rows if r0 <= r <= r1)
+        if unmasked and bad:
+            them = "that tile" if len(unmasked) == 1 else "those tiles"
+            text = (f"{where}, the program for query tile {query_tile} (rows {r0}–{r1}) ran "
+                    f"{_tiles('key', unmasked, block_n, n_k)}, which the diagonal crosses, without the element-wise "
+                    f"mask, and {len(bad)} of its rows {'comes' if len(bad) == 1 else 'come'} out wrong: row {r0} sees "
+                    f"keys up to {first_unseen - 1} only ({rule}), yet every key of {them} reached it.")
+            if unmasked == {first_unseen // block_n} and first_unseen >= 0 and (first_unseen + 1) % block_n == 0:
+                lo = first_unseen // block_n * block_n
+                return (f"{text}\n  hint: the unmasked stage ends one key too late: its bound (lo) is one past the last "
+                        f"key the first row sees, {first_unseen - 1} + 1 = {first_unseen}, rounded down to a multiple "
+                        f"of BLOCK_N: {lo}. One more, {first_unseen + 1}, is itself a multiple of BLOCK_N, and the "
+                        f"unmasked stage takes in key tile {first_unseen // block_n}, whose key {first_unseen} row "
+                        f"{r0} must not see.")
+            return (f"{text}\n  hint: every tile the diagonal crosses goes through the masked stage: the unmasked one "
+                    f"ends at lo, one past the last key the block's first row sees, rounded down to a multiple of "
+                    f"BLOCK_N, so that every key before it is seen by every row.")
+        needed = set(crossed)
         if n_k % block_n:
             needed.add(tiles - 1)
-        extra = {kt for kt in masked[program] - needed if kinds.get(kt) == "full"}
+        extra = {kt for kt in got - needed if kinds.get(kt) == "full"}
         if not extra:
             continue
-        got = masked[program]
-        crossing = got & {kt for kt, kind in kinds.items() if kind == "diagonal"}
-        r0, r1 = query_tile * block_m, min(n_q, (query_tile + 1) * block_m) - 1
+        crossing = got & crossed
         only = (f"of which only {len(crossing)} {'crosses' if len(crossing) == 1 else 'cross'} the diagonal"
                 if crossing else "none of which the diagonal crosses")
-        return (f"{exercise}: on {case.describe()}, with {block_m} × {block_n} tiles, the program for query tile "
-                f"{query_tile} (rows {r0}–{r1}) masked {len(got)} key tile{'s' if len(got) != 1 else ''}, {only}: "
-                f"{_tiles('key', extra, block_n, n_k)} {'is' if len(extra) == 1 else 'are'} seen whole by every one "
-                f"of its rows (query i sees keys j <= {_offset_text(n_q, n_k)}), yet went through the element-wise "
-                f"mask. The numbers are right, but on a GPU the mask costs BLOCK_M × BLOCK_N compares and selects "
-                f"per tile, between the two matrix products, on tiles that need none.\n"
-                f"  hint: split the key axis in two stages: [0, lo) unmasked (MASKED=False), [lo, hi) masked, with lo "
-                f"the first key the block's first row cannot see (start_m + Nk − Nq + 1), rounded down to a multiple of "
-                f"BLOCK_N.")
+        text = (f"{where}, the program for query tile {query_tile} (rows {r0}–{r1}) masked {len(got)} key "
+                f"tile{'s' if len(got) != 1 else ''}, {only}: {_tiles('key', extra, block_n, n_k)} "
+                f"{'is' if len(extra) == 1 else 'are'} seen whole by every one of its rows ({rule}), yet went through "
+                f"the element-wise mask. The numbers are right, but on a GPU the mask costs BLOCK_M × BLOCK_N compares "
+                f"and selects per tile, between the two matrix products, on tiles that need none.")
+        last_full = first_unseen // block_n - 1  # the last tile every row sees whole
+        if extra == {last_full} and first_unseen > 0 and first_unseen % block_n == 0 and got == set(range(
+                last_full, max(got) + 1)):
+            return (f"{text}\n  hint: the unmasked stage stops one tile early: the first row, {r0}, sees keys up to "
+                    f"{first_unseen - 1}, the last key of key tile {last_full}, so its bound (lo) is one past that "
+                    f"key, {first_unseen}, already a multiple of BLOCK_N; rounding {first_unseen - 1} down gives "
+                    f"{last_full * block_n} and leaves key tile {last_full} to the masked stage.")
+        return (f"{text}\n  hint: split the key axis in two stages: [0, lo) unmasked (MASKED=False), [lo, hi) masked, "
+                f"with lo the first key the block's first row cannot see (start_m + Nk − Nq + 1), rounded down to a "
+                f"multiple of BLOCK_N.")
     return None
 
 
@@ -544,10 +610,16 @@ SIMT_PROBES = {
     "05.mma_metal": _SimtProbe(16, 16, (Case(32, 32, 16, causal=True, dtype=torch.float16, seed=54),
                                         Case(32, 20, 16, causal=True, dtype=torch.float16, seed=55),
                                         Case(24, 56, 16, causal=True, dtype=torch.float16, seed=56))),
+    # The last two probes of the split backward tell a bound one key off from the other wrong bounds: one long
+    # loads a tile on 48 x 48, one short misses one on 48 x 65.
     "07.backward_split_cuda": _SimtProbe(16, 16, (Case(32, 32, 16, causal=True, seed=74),
-                                                  Case(24, 56, 16, causal=True, seed=75)), kernel="backward_dq"),
+                                                  Case(24, 56, 16, causal=True, seed=75),
+                                                  Case(48, 48, 16, causal=True, seed=78),
+                                                  Case(48, 65, 16, causal=True, seed=79)), kernel="backward_dq"),
     "07.backward_split_metal": _SimtProbe(8, 16, (Case(24, 24, 16, causal=True, seed=76),
-                                                  Case(24, 56, 16, causal=True, seed=77)), kernel="backward_dq"),
+                                                  Case(24, 56, 16, causal=True, seed=77),
+                                                  Case(48, 48, 16, causal=True, seed=78),
+                                                  Case(48, 65, 16, causal=True, seed=79)), kernel="backward_dq"),
 }
 
 
@@ -585,35 +657,61 @@ def _key_bytes(fn: Callable[..., Any], case: Case, kernel: str = "") -> int | No
 
 
 def _schedules(n_q: int, n_k: int, bm: int, bn: int) -> dict[str, dict[int, set[int]]]:
-    """Per block, the key tiles it loads when its loop is bounded bottom-right (right), top-left, or not at all."""
+    """Per block, the key tiles it loads when its loop is bounded bottom-right (right), top-left, or not at all, and
+    with the bottom-right bound (the block's first row + BLOCK_M + Nk − Nq, clamped to 0 .. Nk) one key short or
+    one key long."""
     tiles = range(-(-n_k // bn))
     blocks = range(-(-n_q // bm))
+
+    def bounded(shift: int):
+        return lambda b, t: t * bn < max(0, min(n_k, b * bm + bm + n_k - n_q + shift))
     return {name: {b: {t for t in tiles if rule(b, t)} for b in blocks} for name, rule in (
         ("bottom_right", lambda b, t: causal.tile_kind(n_q, n_k, bm, bn, b, t) != "skipped"),
         ("top_left", lambda b, t: causal.tile_kind(n_q, n_k, bm, bn, b, t, "top_left") != "skipped"),
-        ("every", lambda b, t: True))}
+        ("every", lambda b, t: True),
+        ("one_short", bounded(-1)),
+        ("one_long", bounded(+1)))}
+
+
+# What a whole schedule other than the right one says about the tile loop's bound (causal_tiles_simt).
+_SCHEDULE_HINTS = {
+    "one_short": "the tile loop stops one key early: its bound must be one past the last key the block's last row "
+                 "sees (first row + BLOCK_M + Nk − Nq, at most Nk). One less, and a block whose last key opens a "
+                 "tile never loads that tile: the last key column is never reached.",
+    "one_long": "the tile loop runs one key too far: its bound must be one past the last key the block's last row "
+                "sees (first row + BLOCK_M + Nk − Nq, at most Nk). One more, and a block whose bound falls on a "
+                "tile's start loads that tile, which none of its rows sees.",
+}
 
 
 def causal_tiles_simt(exercise: str, module) -> None:
     """Lesson 06 (CUDA C, Metal) and lesson 07's split dQ kernel: the bytes of K a launch loads must be those of
     the key tiles its blocks see.
 
-    Counters mode counts bytes per buffer, not per block. The bytes are compared with three schedules (the
-    bottom-right bound, a top-left one, no bound at all) and, failing those, with the one block of the
-    probe that has tiles to skip; the sentence names the block and tiles that account for the difference."""
+    Counters mode counts bytes per buffer, not per block. The bytes are compared with five schedules (the
+    bottom-right bound, a top-left one, no bound at all, the bottom-right one a key short and a key long) and,
+    failing those, with the one block of the probe that has tiles to skip; the sentence names the block and tiles
+    that account for the difference. A bound one key off is named when every probe loads its schedule's bytes."""
     probe = SIMT_PROBES[exercise]
     bm, bn = probe.block_m, probe.block_n
     fn = _simt_backward(exercise, module) if probe.kernel else _simt_forward(exercise, module, bm, bn)
+    runs = []  # (case, bytes measured, schedules, bytes of each schedule, bytes of each key tile), up to a failed run
     for case in probe.cases:
         measured = _key_bytes(fn, case, probe.kernel)
         if measured is None:
-            return
-        n_q, n_k = case.n_q, case.n_k
+            break
         per_key = case.d * torch.tensor([], dtype=case.dtype).element_size()
-        tile_bytes = {t: (min(n_k, (t + 1) * bn) - t * bn) * per_key for t in range(-(-n_k // bn))}
-        schedules = _schedules(n_q, n_k, bm, bn)
-        right = schedules["bottom_right"]
+        tile_bytes = {t: (min(case.n_k, (t + 1) * bn) - t * bn) * per_key for t in range(-(-case.n_k // bn))}
+        schedules = _schedules(case.n_q, case.n_k, bm, bn)
         total = {name: sum(tile_bytes[t] for tiles in s.values() for t in tiles) for name, s in schedules.items()}
+        runs.append((case, measured, schedules, total, tile_bytes))
+    # A bound one key off loads that schedule's bytes on every probe, and some probe tells it from the others.
+    one_off = next((name for name in _SCHEDULE_HINTS if all(measured == total[name] for _, measured, _, total, _ in runs)
+                    and any(s[name] not in (s["bottom_right"], s["top_left"], s["every"]) for _, _, s, _, _ in runs)),
+                   None)
+    for case, measured, schedules, total, tile_bytes in runs:
+        n_q, n_k = case.n_q, case.n_k
+        right = schedules["bottom_right"]
         if measured == total["bottom_right"]:
             continue
         who = f"your {probe.kernel}" if probe.kernel else "your kernel"
@@ -645,6 +743,7 @@ def causal_tiles_simt(exercise: str, module) -> None:
         hint = ("" if n_q == n_k or loaded != schedules["top_left"] else
                 "\n  hint: these tiles are those of a mask aligned top-left (j <= i). The course aligns the causal "
                 "mask bottom-right: query i sees keys j <= i + (n_k − n_q), so the loop's bound moves by n_k − n_q too.")
+        hint = hint or (f"\n  hint: {_SCHEDULE_HINTS[one_off]}" if one_off else "")
         if future:
             last = r1 + n_k - n_q
             stop = f"after key {last}, the last one its last row sees" if last >= 0 else \

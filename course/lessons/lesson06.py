@@ -76,6 +76,46 @@ def _tile_count(part: int, alignment: str = "bottom_right"):
     return count
 
 
+def _counted(part: int, skipped=lambda r0, r1, c0, c1, offset: c0 > r1 + offset,
+             full=lambda r0, r1, c0, c1, offset: c1 <= r0 + offset, clipped: bool = True):
+    """One of the (skipped, full, diagonal) counts as a learner's loop with these two tests gives it: the right ones
+    by default, a mistake's when one of them is changed (``clipped=False``: tile edges not clipped at N)."""
+    def count(n_q: int, n_k: int, block_m: int, block_n: int) -> int:
+        offset, counts = n_k - n_q, [0, 0, 0]
+        for r0 in range(0, n_q, block_m):
+            r1 = (min(n_q, r0 + block_m) if clipped else r0 + block_m) - 1
+            for c0 in range(0, n_k, block_n):
+                c1 = (min(n_k, c0 + block_n) if clipped else c0 + block_n) - 1
+                counts[0 if skipped(r0, r1, c0, c1, offset) else 1 if full(r0, r1, c0, c1, offset) else 2] += 1
+        return counts[part]
+    return count
+
+
+# The mistakes of a tile count, each as the loop that makes it (the tests of a tile's rows r0..r1 and keys c0..c1).
+_TILE_MISTAKES = [
+    ("the tiles the diagonal crosses are counted as skipped. A tile is skipped only when not even its last row sees "
+     "its first key, c0 > r1 + offset; one that some rows see in part is diagonal (computed, with the mask).",
+     dict(skipped=lambda r0, r1, c0, c1, offset: c1 > r0 + offset)),
+    ("the tiles the diagonal crosses are counted as full. A tile is full only when even its first row sees its last "
+     "key, c1 <= r0 + offset; one that some rows see in part is diagonal.",
+     dict(full=lambda r0, r1, c0, c1, offset: c0 <= r1 + offset)),
+    ("the skip test is one key off: the last row r1 sees key r1 + offset itself (j <= i + offset), so a tile is "
+     "skipped when c0 > r1 + offset.", dict(skipped=lambda r0, r1, c0, c1, offset: c0 >= r1 + offset)),
+    ("the skip test is one key off: key r1 + offset + 1 is the first that the last row r1 does not see, so a tile is "
+     "skipped when c0 > r1 + offset.", dict(skipped=lambda r0, r1, c0, c1, offset: c0 > r1 + offset + 1)),
+    ("the full test is one key off: the first row r0 sees key r0 + offset itself (j <= i + offset), so a tile is "
+     "full when c1 <= r0 + offset.", dict(full=lambda r0, r1, c0, c1, offset: c1 < r0 + offset)),
+    ("the full test is one key off: key r0 + offset + 1 is already hidden from the first row r0, so a tile is full "
+     "when c1 <= r0 + offset.", dict(full=lambda r0, r1, c0, c1, offset: c1 <= r0 + offset + 1)),
+    ("whether a tile is skipped is up to its last row r1, which sees the most keys: skip it when c0 > r1 + offset, "
+     "not when the first row misses it.", dict(skipped=lambda r0, r1, c0, c1, offset: c0 > r0 + offset)),
+    ("whether a tile is full is up to its first row r0, which sees the fewest keys: it is full when c1 <= r0 + "
+     "offset, not when the last row sees all of it.", dict(full=lambda r0, r1, c0, c1, offset: c1 <= r1 + offset)),
+    ("a partial tile ends at the matrix's edge: its last row is min(Nq, r0 + block_m) − 1 and its last key "
+     "min(Nk, c0 + block_n) − 1, not the padded edges.", dict(clipped=False)),
+]
+
+
 def _tile_counts(fn, arguments: Iterable[dict] | None = None) -> Report:
     args = arguments or [dict(n_q=4, n_k=4, block_m=1, block_n=1), dict(n_q=256, n_k=256, block_m=64, block_n=64),
                          dict(n_q=256, n_k=256, block_m=64, block_n=32), dict(n_q=100, n_k=300, block_m=32, block_n=64),
@@ -93,8 +133,12 @@ def _tile_counts(fn, arguments: Iterable[dict] | None = None) -> Report:
         one.__name__ = f"tile_counts[{name}]"
         mistakes = [Mistake("the mask is bottom-right aligned (offset Nk − Nq): these are the top-left counts.",
                             _tile_count(part, "top_left"))]
+        mistakes += [Mistake(text, _counted(part, **tests)) for text, tests in _TILE_MISTAKES]
         report = check_values("06.tile_counts", one, _tile_count(part), args, mistakes)
     return report
+
+
+_BOUND_PROBES = (Case(34, 97, 16, causal=True, seed=67), Case(35, 97, 16, causal=True, seed=68))
 
 
 def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
@@ -103,7 +147,10 @@ def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
                       Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
                       Case(65, 33, 16, causal=False, seed=6)]
     from course.grading import measured  # here, not on top: +20 ms to `import course`
-    measured.causal_tiles_triton("06.causal_triton", fn)  # the key tiles each program loads, before the values
+    # The key tiles each program loads and masks, before the values: the course's probes and two where a bound one
+    # key off changes a tile (64 × 32 tiles: the last key a block sees opens a tile, and the first row's last key
+    # ends one, or is one short of it).
+    measured.causal_tiles_triton("06.causal_triton", fn, measured.CAUSAL_PROBES + _BOUND_PROBES)
     report = check_attention("06.causal_triton", fn, cases, with_lse=True, pass_causal=True, **kernel_options())
     check_explicit_scale("06.causal_triton", fn, Case(9, 40, 32, causal=True, seed=9), 0.3, pass_causal=True,
                          with_lse=True, **kernel_options())

@@ -35,7 +35,9 @@ def _backward_simt(exercise: str, kind: str):
         def fn(*args, **kwargs):
             return launch(module, *args, **kwargs, **cuda.GRADING_LAUNCH)
         tier = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
-        return explain_split_dq(exercise, module, lambda: check_backward(exercise, fn, cases, tier=tier))
+        if kind == "split":  # its dQ kernel owns its rows: a failure is explained when it adds into dq instead
+            return explain_split_dq(exercise, module, lambda: check_backward(exercise, fn, cases, tier=tier))
+        return check_backward(exercise, fn, cases, tier=tier)
     return run
 
 
@@ -89,6 +91,8 @@ def dq_added_into(exercise: str, module) -> str | None:
     """The diagnosis of a split dQ kernel that adds into dq instead of storing its rows, or None: measured by
     running it from a dq filled with 0 and with 1. A kernel that writes each element once returns the same dq from
     both; one that adds into dq returns every element of its rows 1 larger from the ones."""
+    if exercise not in SPLIT_DQ:
+        return None
     kernel, atomic, other_file = SPLIT_DQ[exercise]
     zero, one = _dq_from(exercise, module, 0.0), _dq_from(exercise, module, 1.0)
     if zero is None or one is None:
@@ -437,13 +441,36 @@ LADDERS = (
     ladder("07.backward_atomic_cuda", *_BACKWARD,
            "In CUDA C: after `__syncthreads()` (the dS tile is complete) each thread adds its rows' share of dS K · "
            "scale into `dq` with `atomicAdd`; a plain += from two blocks loses one of the updates."),
-    ladder("07.backward_split_cuda", *_BACKWARD,
-           "In CUDA C: backward_dq loads its Q, dO, LSE and Δ once, loops over K/V tiles with __syncthreads() before "
-           "and after each copy, and writes its dQ rows with plain stores at the end."),
+    ladder("07.backward_split_cuda",
+           "You write `backward_dq`, the dQ kernel: one block per BLOCK_M query rows (its Q, dO, LSE and Δ are loaded "
+           "for you), walking over the key tiles. `backward_dkdv`, given, kept nothing of P or dS: what must the "
+           "block rebuild for each key tile, and why does it need no atomics?",
+           "Per key tile: S = scale · Q Kᵀ, P = exp(S − LSE) (0 where the key is masked or past Nk), dP = dO Vᵀ and "
+           "dS = P ∘ (dP − Δ) into `ds_s`; then each thread adds Σ_j dS_ij K_j for its elements into `dq_acc`. The "
+           "block is the only writer of its dQ rows: the sum stays in registers, and the stores after the loop "
+           "(given) write each row once. Nothing zeroes dq before the kernel, so nothing may add into it.",
+           "In CUDA C, the loop of `backward_dq` is `for (int n0 = 0; n0 < n_end; n0 += BLOCK_N)`, with "
+           "`__syncthreads()` before the copy into "
+           "`k_s` and `v_s` (the last tile is no longer read), after it (the tile is in), and once `ds_s` is "
+           "complete. Causal, `n_end` is one past the last key the block's last row sees: "
+           "`min(m0 + BLOCK_M + diag, n_k)`; key tiles past it are wholly in the future and never loaded."),
     ladder("07.backward_atomic_metal", *_BACKWARD,
            "In Metal there is no float atomicAdd on device memory in every version: add with a compare-and-swap loop "
            "on the float's bits (atomic_compare_exchange_weak_explicit) until no other thread got in between."),
-    ladder("07.backward_split_metal", *_BACKWARD,
-           "In Metal: backward_dq is one threadgroup per query block; threadgroup_barrier(mem_flags::mem_threadgroup) "
-           "around each K/V tile, and plain stores of its own dQ rows at the end."),
+    ladder("07.backward_split_metal",
+           "You write two loops, each in a kernel that is the only writer of what it sums: `backward_dq`, one "
+           "threadgroup per BLOCK_M query rows walking over the key tiles for dQ, and the query loop of "
+           "`backward_dkdv`, one threadgroup per BLOCK_N keys walking over the query tiles for dK and dV. Neither "
+           "kernel keeps P or dS for the other: what does each rebuild per tile, and why is no atomic needed?",
+           "Both rebuild P and dS with the given `p_and_ds`: P = exp(scale · Q Kᵀ − LSE), 0 where masked, and "
+           "dS = P ∘ (dP − Δ). `backward_dq` keeps dS in `ds_tile` and adds Σ_j dS_ij K_j into `dq_acc`; "
+           "`backward_dkdv` keeps P in `p_tile` and dS in `ds_tile` and adds Pᵀ dO into `dv_acc` and dSᵀ Q into "
+           "`dk_acc`. Each sum stays in registers, and the stores after the loops (given) write every row once: "
+           "nothing zeroes dq before the kernel, so nothing may add into it.",
+           "In Metal: `for (uint j0 = 0; j0 < kv_end; j0 += BLOCK_N)` in `backward_dq` and "
+           "`for (uint i0 = i_start; i0 < n_q; i0 += BLOCK_M)` in `backward_dkdv`, each with a "
+           "`threadgroup_barrier(mem_flags::mem_threadgroup)` before `load_rows` (the last tile is no longer "
+           "read), after it (the tile is in), and once the P and dS tiles are complete. Causal, `kv_end` is one past "
+           "the last key the threadgroup's last row sees, clamped to 0 .. n_k: "
+           "`uint(clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k)))`."),
 )

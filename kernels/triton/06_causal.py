@@ -229,21 +229,6 @@ causal_attention_tuned = triton.autotune(
 )(causal_attention_kernel)
 
 
-def key_block_schedule(n_q: int, n_k: int, block_m: int, block_n: int, causal: bool) -> list[tuple[int, int]]:
-    """(lo, hi) of every query block, computed exactly as the kernel does: blocks [0, lo) run unmasked,
-    [lo, hi) masked, [hi, Nk) are never loaded. A plain-Python mirror for counting tiles."""
-    schedule = []
-    for start_m in range(0, n_q, block_m):
-        if causal:
-            diagonal = n_k - n_q
-            hi = max(min(start_m + block_m, n_q) + diagonal, 0)
-            lo = max(start_m + diagonal + 1, 0) // block_n * block_n
-        else:
-            hi, lo = n_k, n_k // block_n * block_n
-        schedule.append((lo, hi))
-    return schedule
-
-
 def causal_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                              scale: float | None = None, *, block_m: int | None = None, block_n: int | None = None,
                              num_warps: int = 4, num_stages: int = 2) -> tuple[torch.Tensor, torch.Tensor]:

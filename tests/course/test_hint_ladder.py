@@ -60,6 +60,66 @@ def test_hints_climb_one_rung_per_call_and_stop_at_the_top(capsys):
         course.hint("99.nothing")
 
 
+def _check_cell_steps() -> set[str]:
+    """The step names the lessons' check cells show (``course.check_tracks("04.double_buffer", ...)``)."""
+    import re
+    return {step for path in sorted(SOLUTIONS.glob("*/*.ipynb")) for cell in json.loads(path.read_text())["cells"]
+            for step in re.findall(r'course\.check_tracks\("([\w.]+)"', "".join(cell["source"]))}
+
+
+@pytest.fixture
+def fresh_track_record(monkeypatch):
+    """No check_tracks call and no hint climbed yet in this kernel, as in a notebook just opened."""
+    from course import hint_ladder, track_choice
+    monkeypatch.setattr(track_choice, "TOUCHED", {})
+    monkeypatch.setattr(hint_ladder, "TOUCHED", track_choice.TOUCHED)
+    monkeypatch.setattr(hint_ladder, "_climbed", {})
+    return track_choice.TOUCHED
+
+
+def test_every_step_a_check_cell_shows_has_the_hints_of_each_of_its_tracks():
+    from course.hint_ladder import step_ladders
+    steps = _check_cell_steps()
+    assert {"04.double_buffer", "06.causal", "07.backward_atomic", "07.backward_split"} <= steps
+    for step in steps:
+        tracks = step_ladders(step)
+        assert len(tracks) >= 2, (step, tracks)
+
+
+@pytest.mark.parametrize("step", ["04.double_buffer", "06.causal", "07.backward_atomic", "07.backward_split"])
+def test_a_step_name_without_a_known_track_names_its_candidates_in_one_sentence(capsys, fresh_track_record, step):
+    from course.hint_ladder import step_ladders
+    shown = _printed(capsys, lambda: course.hint(step))
+    assert "no hints" not in shown and shown.count("\n") == 1 and shown.rstrip().endswith("."), shown
+    for exercise in step_ladders(step).values():
+        assert f"course.hint('{exercise}')" in shown, shown
+    with pytest.raises(CourseError, match=f"course.reveal\\('{step}_triton'\\)"):
+        course.reveal(step)
+
+
+def test_a_step_name_gives_the_hints_of_the_learners_track(capsys, fresh_track_record):
+    fresh_track_record.update({"04.double_buffer": ("cuda",), "": ("cuda",)})
+    shown = _printed(capsys, lambda: course.hint("04.double_buffer"))
+    rung = LADDERS["04.double_buffer_cuda"].rungs[0]
+    assert shown.startswith("hint 1 of") and "for 04.double_buffer_cuda (your track, CUDA C): " + rung in shown, shown
+    assert "course.hint('04.double_buffer_cuda') again for hint 2" in shown
+    # A lesson whose check cell has not run yet: the track of the latest check of any lesson.
+    shown = _printed(capsys, lambda: course.hint("07.backward_split"))
+    assert "for 07.backward_split_cuda (your track, CUDA C): " in shown, shown
+    assert "REVEALING the reference solution of 07.backward_split_cuda" in _printed(
+        capsys, lambda: course.reveal("07.backward_split"))
+    # Written in two tracks: the sentence names those two only.
+    fresh_track_record["06.causal"] = ("triton", "cuda")
+    shown = _printed(capsys, lambda: course.hint("06.causal"))
+    assert "more than one" in shown and "06.causal_triton" in shown and "06.causal_cuda" in shown, shown
+
+
+def test_without_a_check_the_track_of_the_hints_climbed_so_far_is_the_learners(capsys, fresh_track_record):
+    _printed(capsys, lambda: course.hint("03.tiled_metal"))
+    shown = _printed(capsys, lambda: course.hint("04.double_buffer"))
+    assert "for 04.double_buffer_metal (your track, Metal): " in shown, shown
+
+
 def test_reveal_says_it_is_revealing(capsys):
     shown = _printed(capsys, lambda: course.reveal("01.attention_torch"))
     assert shown.startswith("REVEALING the reference solution of 01.attention_torch")
@@ -383,3 +443,28 @@ def test_the_region_and_stub_patterns_are_the_markers_and_stub_the_release_uses(
     assert PYTHON_STUB_LINE.search(clear_solution_regions(cell, "raise NotImplementedError()")).group(1) == "    "
     assert PYTHON_STUB_LINE.search("raise NotImplementedError('other')") is None
     assert SOLUTION_REGION.findall("# BEGIN SOLUTION\nx = 1\n") == []  # unclosed: no region
+
+
+def _kernels_with_solutions(path) -> set[str]:
+    """The kernels of a CUDA C or Metal file whose bodies hold a solution region: what the learner writes."""
+    text = path.read_text()
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"(?:__global__|kernel)\s+void\s+(\w+)\s*\(", text)]
+    return {next(name for at, name in reversed(starts) if at < m.start())
+            for m in re.finditer(r"// BEGIN SOLUTION", text)}
+
+
+@pytest.mark.parametrize("exercise", ["07.backward_split_cuda", "07.backward_split_metal"])
+def test_the_split_backward_ladders_describe_the_kernels_the_learner_writes(exercise):
+    """The walkthrough's finding: the split step's first hints described the dK/dV kernel, given code in CUDA C, while
+    the learner writes the dQ kernel (one block per query block). Each rung names the dQ kernel, and the first one
+    names every kernel the learner writes in that file and no other as theirs."""
+    from course.tracks import table
+    written = _kernels_with_solutions(REPO / table.exercise(exercise).kernel_file)
+    assert "backward_dq" in written
+    rungs = LADDERS[exercise].rungs
+    first = rungs[0]
+    assert first.startswith("You write") and all(f"`{kernel}`" in first for kernel in written), first
+    assert all("`backward_dq`" in rung or "dQ" in rung for rung in rungs)
+    assert not any("One program per block of keys" in rung for rung in rungs)
+    if "backward_dkdv" not in written:
+        assert "`backward_dkdv`, given" in first, first

@@ -38,3 +38,17 @@ def test_a_practice_track_not_started_is_one_line(capsys):
     course.check_tracks("03.tiled", cuda=cuda, metal=course.grading.answers.FailedCell("tiled_metal", "not implemented yet"))
     out = capsys.readouterr().out
     assert out.rstrip().endswith("practice, not graded: Metal: not started"), out
+
+
+def test_check_tracks_records_the_tracks_the_learner_wrote_for_course_hint(capsys, monkeypatch):
+    """What course.hint("03.tiled") reads to give the hints of the learner's track: the tracks not as handed out."""
+    from course import hint_ladder, track_choice
+    monkeypatch.setattr(track_choice, "TOUCHED", {})
+    monkeypatch.setattr(hint_ladder, "TOUCHED", track_choice.TOUCHED)
+    cuda = RawModule(path=kernel_path("cuda/03_tiled"), compile_now=None)
+    from course.grading.answers import FailedCell
+    course.check_tracks("03.tiled", cuda=cuda, metal=FailedCell("tiled_metal", "not implemented yet"))
+    assert track_choice.TOUCHED == {"03.tiled": ("cuda",), "": ("cuda",)}
+    capsys.readouterr()
+    course.hint("03.tiled", 1)
+    assert capsys.readouterr().out.startswith("hint 1 of 3 for 03.tiled_cuda (your track, CUDA C): ")

@@ -22,6 +22,7 @@ from course.tracks import cuda as cuda_track
 from course.grading.engines import check_backward
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
+from course.lessons.lesson07 import explain_split_dq
 from course.reference import attention_backward
 from course.simt import RawModule
 from course.tracks.cuda import GRADING_LAUNCH
@@ -172,7 +173,10 @@ def test_every_wrong_kernel_fails_the_check(wrong):
         if wrong.measured:  # the mistake shows in what the kernel loads, measured first as course.check does
             from course.grading.measured import causal_tiles_simt
             causal_tiles_simt(EXERCISE[wrong.kind], module)
-        check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES)
+        if wrong.kind == "split":  # a failure of backward_dq is explained as course.check explains it
+            explain_split_dq(EXERCISE[wrong.kind], module, lambda: check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES))
+        else:
+            check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES)
     message = str(failure.value)
     assert re.search(wrong.expect, message), message
     problem = hint_problem(wrong.hint, message)  # its hint line as declared (None: no hint line)

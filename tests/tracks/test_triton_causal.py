@@ -4,6 +4,8 @@ Every case is compared with the float64 oracle under the error budget, O and LSE
 exactly -inf on a row that sees no key). When the course registers the exercise ids, the same case
 also goes through ``course.check``. The causal schedule is checked twice: a Python mirror of the
 kernel's loop bounds counts tiles, and a poisoned-K/V run proves the kernel never reads a future tile.
+The mirror lives here, not in the kernel file: the learner's cell shows that file's given code, and bounds
+computed "exactly as the kernel does" there would hand out the exercise's answer.
 """
 from __future__ import annotations
 
@@ -169,14 +171,37 @@ def test_grouped_query_attention(causal_module, n_kv_heads):
 # The schedule: what is skipped, what is masked, and that the kernel obeys it.
 # ----------------------------------------------------------------------------------------------
 
+def key_block_schedule(n_q: int, n_k: int, block_m: int, block_n: int, causal: bool) -> list[tuple[int, int]]:
+    """(lo, hi) of every query block, as the solution of kernels/triton/06_causal.py computes them: blocks [0, lo)
+    run unmasked, [lo, hi) masked, [hi, Nk) are never loaded. A plain-Python mirror for counting tiles."""
+    schedule = []
+    for start_m in range(0, n_q, block_m):
+        if causal:
+            diagonal = n_k - n_q
+            hi = max(min(start_m + block_m, n_q) + diagonal, 0)
+            lo = max(start_m + diagonal + 1, 0) // block_n * block_n
+        else:
+            hi, lo = n_k, n_k // block_n * block_n
+        schedule.append((lo, hi))
+    return schedule
+
+
+def test_the_kernel_file_hands_out_no_mirror_of_its_bounds():
+    """What the learner's cell shows of the file (the given code included) computes no lo or hi."""
+    from course.solution_regions import SOLUTION_REGION
+    given = SOLUTION_REGION.sub("", kernel_path("triton/06_causal").read_text())
+    assert "key_block_schedule" not in given
+    assert not re.search(r"start_m \+ diagonal \+ 1|\+ diagonal, 0\)", given), "the bounds of the stage split"
+
+
 def _tiles(schedule, block_n: int) -> int:
     return sum(math.ceil(hi / block_n) for _, hi in schedule)
 
 
 @pytest.mark.parametrize("n,block_m,block_n", [(4096, 128, 64), (4096, 128, 128), (1024, 64, 32), (2048, 64, 64)])
 def test_causal_visits_about_half_the_tiles(causal_module, n, block_m, block_n):
-    full = _tiles(causal_module.key_block_schedule(n, n, block_m, block_n, causal=False), block_n)
-    causal = _tiles(causal_module.key_block_schedule(n, n, block_m, block_n, causal=True), block_n)
+    full = _tiles(key_block_schedule(n, n, block_m, block_n, causal=False), block_n)
+    causal = _tiles(key_block_schedule(n, n, block_m, block_n, causal=True), block_n)
     assert full == (n // block_m) * (n // block_n)
     # T(T+1)/2 of T² for square tiles; a little more than half in general (the diagonal tiles).
     assert 0.5 < causal / full <= 0.5 + block_m / n, (causal, full)
@@ -188,7 +213,7 @@ def test_schedule_skips_future_and_masks_only_the_diagonal(causal_module, n_q, n
     visible = causal_mask(n_q, n_k)
     for causal in (True, False):
         vis = visible if causal else torch.ones_like(visible)
-        for qb, (lo, hi) in enumerate(causal_module.key_block_schedule(n_q, n_k, block_m, block_n, causal)):
+        for qb, (lo, hi) in enumerate(key_block_schedule(n_q, n_k, block_m, block_n, causal)):
             rows = vis[qb * block_m:(qb + 1) * block_m]          # real rows only
             assert lo % block_n == 0 and 0 <= lo <= hi <= n_k
             assert bool(rows[:, :lo].all()), "stage (a) must hold only keys every row sees"
@@ -207,7 +232,7 @@ def test_kernel_never_reads_a_future_tile(causal_module, n_q, n_k, block_m, bloc
     q, k, v = qkv(n_q, 16, n_k=n_k, batch=(1, 1), seed=30)
     run = lambda kk, vv: causal_module.causal_attention_forward(q, kk, vv, True, block_m=block_m, block_n=block_n)  # noqa: E731
     clean_o, clean_lse = run(k, v)
-    schedule = causal_module.key_block_schedule(n_q, n_k, block_m, block_n, True)
+    schedule = key_block_schedule(n_q, n_k, block_m, block_n, True)
     checked = 0
     for c in range(block_n, n_k, block_n):
         k_bad, v_bad = k.clone(), v.clone()

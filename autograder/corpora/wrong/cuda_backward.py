@@ -82,4 +82,31 @@ WRONG_KERNELS: list[WrongCudaKernel] = [
        (("if (causal) visible = visible && key <= row + diag;   // mask of backward_dq",
          "if (causal) visible = visible && key < row + diag;   // mask of backward_dq"),), expect=r"wrong dq",
        hint="hides the diagonal key"),
+    # backward_dq's key loop bound one key off at either end: one long, the gradients stay right (the mask hides the
+    # extra tile); one short, they go wrong only where a block's last key opens a tile. Both are named first, from
+    # the bytes of K backward_dq loads on every probe.
+    _W("split", "dq-end-one-short", "ends backward_dq's key loop at the last key the block's last row sees, not one "
+       "past it",
+       (("min(m0 + BLOCK_M + diag, n_k)", "min(m0 + BLOCK_M + diag - 1, n_k)"),),
+       expect=r"on Nq=48, Nk=65(.|\n)*the block for query rows 0–15 never loaded key tile 2 \(keys 32–47\)",
+       hint="the tile loop stops one key early", measured=True),
+    _W("split", "dq-end-one-long", "ends backward_dq's key loop two keys past the last key the block's last row sees",
+       (("min(m0 + BLOCK_M + diag, n_k)", "min(m0 + BLOCK_M + diag + 1, n_k)"),),
+       expect=r"the block for query rows 0–15 loaded key tile 1 \(keys 16–31\), which lies wholly in the future",
+       hint="the tile loop runs one key too far", measured=True),
+    # An atomic where the design owns its rows: dq is handed over unwritten (NaN), so adding into it gives NaN rows;
+    # the check measures that the kernel reads dq before writing it (course.lessons.lesson07.dq_added_into).
+    _W("split", "dq-added-atomically", "adds backward_dq's terms into dq with atomicAdd, as the atomic design does, "
+       "and drops the store after the loop",
+       (("for (int j = 0; j < BLOCK_N; ++j) dq_acc[r] += ds_s[i * BLOCK_N + j] * k_s[j * d + c];",
+         "if (m0 + i < n_q) for (int j = 0; j < BLOCK_N; ++j) "
+         "atomicAdd(&dq[(size_t)(m0 + i) * d + c], ds_s[i * BLOCK_N + j] * k_s[j * d + c] * scale);"),
+        ("        if (e < BLOCK_M * d && m0 + e / d < n_q) dq[(size_t)m0 * d + e] = dq_acc[r] * scale;\n", "")),
+       expect=r"dq: NaN in 17 of 17 rows(.|\n)*dq is not zeroed before the kernel(.|\n)*each block owns its BLOCK_M "
+              r"query rows(.|\n)*atomicAdd into a dq zeroed first is the other design",
+       hint="your backward_dq adds into dq instead of storing its rows"),
+    _W("split", "dq-stored-with-atomicadd", "sums dQ in registers but writes the rows with atomicAdd instead of a store",
+       (("dq[(size_t)m0 * d + e] = dq_acc[r] * scale;", "atomicAdd(&dq[(size_t)m0 * d + e], dq_acc[r] * scale);"),),
+       expect=r"dq: NaN(.|\n)*dq is not zeroed before the kernel(.|\n)*stores each row once",
+       hint="your backward_dq adds into dq instead of storing its rows"),
 ]

@@ -11,9 +11,13 @@ _ATOMIC = {
     "cuda": ("07.backward_atomic_cuda", ("non-atomic-dq", "missing-delta", "mask-off-by-one")),
     "metal": ("07.backward_atomic_metal", ("non-atomic-dq", "missing-delta", "cas-stores-instead-of-adds")),
 }
+# Each split design also gets the atomic dQ of the other design (the walkthrough's mistake): its NaN rows must say
+# that the block owns its rows and dq is not zeroed.
 _SPLIT = {
-    "cuda": ("07.backward_split_cuda", ("missing-syncthreads", "missing-delta-in-dq", "dq-loop-to-the-end")),
-    "metal": ("07.backward_split_metal", ("dq-missing-barrier", "dq-loop-to-the-end", "p-without-lse")),
+    "cuda": ("07.backward_split_cuda", ("missing-syncthreads", "missing-delta-in-dq", "dq-loop-to-the-end",
+                                        "dq-added-atomically")),
+    "metal": ("07.backward_split_metal", ("dq-missing-barrier", "dq-loop-to-the-end", "p-without-lse",
+                                          "dq-added-atomically")),
 }
 # dkdv-loop-from-zero gives right gradients in both designs; the checks measure the query blocks it loads.
 _TRITON_ATOMIC = {"triton": ("07.backward_atomic_triton", ("missing-delta", "dkdv-loop-from-zero"))}

@@ -36,6 +36,7 @@ class WrongMetalKernel(WrongKernel):
     def grade(self, module=None):
         """Grade the edited file as its step on the small grading cases; returns the report (raises CheckFailed)."""
         from course.grading.kernel_steps import GRADING_TILES, check_step, grading_cases
+        from course.lessons.lesson07 import SPLIT_DQ, explain_split_dq
 
         module = module or self.module()
         if self.measured:
@@ -45,9 +46,13 @@ class WrongMetalKernel(WrongKernel):
             measured.simt_step_techniques(self.exercise, module)
         small, _ = grading_cases(self.exercise)  # one thread per row (01, 02): CUDA's lesson-01 launch and cases
         if self.checked:
-            return check_step(self.exercise, module, checked_cases=small, plain_cases=())
-        return check_step(self.exercise, module, checked_cases=(), plain_cases=small,
-                          tiles=GRADING_TILES.get(self.exercise))
+            run = lambda: check_step(self.exercise, module, checked_cases=small, plain_cases=())  # noqa: E731
+        else:
+            run = lambda: check_step(self.exercise, module, checked_cases=(), plain_cases=small,  # noqa: E731
+                                     tiles=GRADING_TILES.get(self.exercise))
+        if self.exercise in SPLIT_DQ:  # a failure of the split dQ kernel is explained as course.check explains it
+            return explain_split_dq(self.exercise, module, run)
+        return run()
 
 
 _W = WrongMetalKernel
@@ -228,4 +233,32 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("07.backward_split_metal", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
        (("const float p = exp(s * scale - lse_s[i]);", "const float p = exp(s * scale);"),),
        expect=r"wrong d[qkv]|NaN|Inf", hint="without the saved LSE"),
+    # backward_dq's key loop bound one key off at either end, named from the bytes of K it loads on every probe.
+    _W("07.backward_split_metal", "dq-end-one-short", "ends backward_dq's key loop at the last key the threadgroup's "
+       "last row sees, not one past it",
+       (("clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k))", "clamp(int(i0 + BLOCK_M) + offset - 1, 0, int(n_k))"),),
+       expect=r"on Nq=48, Nk=65(.|\n)*the block for query rows 8–15 never loaded key tile 2 \(keys 32–47\)",
+       hint="the tile loop stops one key early", measured=True),
+    _W("07.backward_split_metal", "dq-end-one-long", "ends backward_dq's key loop two keys past the last key the "
+       "threadgroup's last row sees",
+       (("clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k))", "clamp(int(i0 + BLOCK_M) + offset + 1, 0, int(n_k))"),),
+       expect=r"the block for query rows 8–15 loaded key tile 1 \(keys 16–23\), which lies wholly in the future",
+       hint="the tile loop runs one key too far", measured=True),
+    # An atomic where the design owns its rows: dq is handed over unwritten (NaN), so adding into it gives NaN rows;
+    # the check measures that the kernel reads dq before writing it (course.lessons.lesson07.dq_added_into).
+    _W("07.backward_split_metal", "dq-added-atomically", "adds backward_dq's terms into dq with atomic_float adds, "
+       "as the atomic design does, and drops the store after the loop",
+       (("for (uint s = 0, c = part; c < d; ++s, c += COLS_PER_ROW) dq_acc[s] += ds * k_tile[j * d + c];",
+         "if (i0 + i < n_q) for (uint c = part; c < d; c += COLS_PER_ROW) atomic_fetch_add_explicit("
+         "(device atomic_float*)&dq[ulong(i0 + i) * d + c], ds * k_tile[j * d + c] * scale, memory_order_relaxed);"),
+        ("        for (uint s = 0, c = part; c < d; ++s, c += COLS_PER_ROW) dq[ulong(i0 + i) * d + c] = dq_acc[s] * scale;\n",
+         "")),
+       expect=r"dq: NaN in(.|\n)*dq is not zeroed before the kernel(.|\n)*each block owns its BLOCK_M query rows(.|\n)*"
+              r"float atomics into a dq zeroed first is the other design",
+       hint="your backward_dq adds into dq instead of storing its rows"),
+    _W("07.backward_split_metal", "dq-stored-with-plus-equals", "sums dQ in registers but adds the rows into dq with "
+       "+= instead of storing them",
+       (("dq[ulong(i0 + i) * d + c] = dq_acc[s] * scale;", "dq[ulong(i0 + i) * d + c] += dq_acc[s] * scale;"),),
+       expect=r"dq: NaN(.|\n)*dq is not zeroed before the kernel(.|\n)*stores each row once",
+       hint="your backward_dq adds into dq instead of storing its rows"),
 ]

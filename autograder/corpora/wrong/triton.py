@@ -172,7 +172,42 @@ WRONG_KERNELS: list[WrongKernel] = [
        expect="past its end(.|\n)*Masking that load is not the fix", hint=None),
     _W("06.causal_triton", "diagonal-blocks-unmasked", "runs the blocks that straddle the diagonal without the mask",
        (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = hi // BLOCK_N * BLOCK_N"),),
-       hint=None),
+       expect=r"ran key tiles 0–1 \(keys 0–63\), which the diagonal crosses, without the element-wise mask, and 63 "
+              r"of its rows come out wrong",
+       hint="every tile the diagonal crosses goes through the masked stage"),
+    # Each bound one key off at either end. The check's probes include shapes where that moves a whole tile (the
+    # last key a block sees opens a tile; the first row's last key ends one, or is one short of it), and the tiles
+    # each program loads and masks name the bound and the direction.
+    _W("06.causal_triton", "hi-one-short", "ends the key loop at the last key the block's last row sees, not one past "
+       "it (hi one short)",
+       (("hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal, 0)",
+         "hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal - 1, 0)"),),
+       expect=r"the program for query rows 0–33 never loaded key tile 3 \(keys 96–96\), which its rows see",
+       hint="the loop stops one key early: its bound must be one past the last key the block's last row sees, "
+            "96 + 1 = 97. At 96 it ends before key tile 3, whose first key, 96, is that last key, so the last key "
+            "column is never reached."),
+    _W("06.causal_triton", "hi-one-long", "ends the key loop two keys past the last key the block's last row sees "
+       "(hi one long)",
+       (("hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal, 0)",
+         "hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal + 1, 0)"),),
+       expect=r"loaded key tile 2 \(keys 64–95\), which lies wholly in the future",
+       hint="the loop runs one key too far: its bound must be one past the last key the block's last row sees, "
+            "63 + 1 = 64"),
+    _W("06.causal_triton", "lo-one-short", "rounds down the first row's last key instead of one past it (lo one short), "
+       "so a full tile goes to the masked stage",
+       (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N",
+         "lo = tl.maximum(start_m + diagonal, 0) // BLOCK_N * BLOCK_N"),),
+       expect=r"key tile 1 \(keys 32–63\) is seen whole by every one of its rows",
+       hint="the unmasked stage stops one tile early: the first row, 0, sees keys up to 63, the last key of key "
+            "tile 1, so its bound (lo) is one past that key, 64"),
+    _W("06.causal_triton", "lo-one-long", "rounds down two keys past the first row's last key (lo one long), so a tile "
+       "the diagonal crosses runs unmasked",
+       (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N",
+         "lo = tl.maximum(start_m + diagonal + 2, 0) // BLOCK_N * BLOCK_N"),),
+       expect=r"ran key tile 1 \(keys 32–63\), which the diagonal crosses, without the element-wise mask, and 1 of its "
+              r"rows comes out wrong",
+       hint="the unmasked stage ends one key too late: its bound (lo) is one past the last key the first row sees, "
+            "62 + 1 = 63"),
     # Right numbers, future tiles skipped, but every visited tile goes through the masked stage: the measurement
     # of which key tiles each program ran a whole-tile select on says so.
     _W("06.causal_triton", "masks-every-tile", "skips the future tiles but runs every visited tile through the "
