@@ -441,8 +441,10 @@ def _row_sets(bad: torch.Tensor) -> set[int]:
         bad.nonzero().flatten().tolist())
 
 
-def _nonfinite_hint(out64: torch.Tensor, q, k, v, case: Case, scale: float) -> str | None:
-    """A hint for NaN/Inf rows, when a known mistake gives non-finite values in exactly those rows."""
+def _nonfinite_hint(out64: torch.Tensor, q, k, v, case: Case, scale: float, blocked: bool = True) -> str | None:
+    """A hint for NaN/Inf rows, when a known mistake gives non-finite values in exactly those rows. ``blocked``: the
+    answer loops over blocks of keys with a running max, sum and accumulator (the tiled kernels, lesson 03 on), whose
+    two ways to make every row NaN the last hint names."""
     bad = _row_sets(~torch.isfinite(out64))
     raw = q.double() @ k.double().transpose(-1, -2)
     mask = causal_mask(q.shape[-2], k.shape[-2]) if case.causal else None
@@ -472,7 +474,7 @@ def _nonfinite_hint(out64: torch.Tensor, q, k, v, case: Case, scale: float) -> s
                                       "subtracted is larger than every score. Take the max of the scaled scores, "
                                       "scale · q·k.", lambda: None, "range"))
     rows = _row_sets(torch.ones_like(out64, dtype=torch.bool))
-    if not fitting and bad == rows and not (case.causal and empty):
+    if blocked and not fitting and bad == rows and not (case.causal and empty):
         return (f"every row is NaN: O = acc / l with l still 0 or made NaN. Either no key was ever added (the loop "
                 f"over the key blocks never ran: it starts at key 0 and runs while a block's first key is < Nk, at "
                 f"least once for Nk = {k.shape[-2]}), or the first rescale multiplied l = 0 by inf (alpha = "
@@ -491,7 +493,7 @@ def _diagnose_attention(exercise: str, out: Any, case: Case, q, k, v, scale: flo
     if isinstance(out, torch.Tensor) and out.shape == ref.shape:
         out64 = out.detach().to("cpu", torch.float64)
         if not bool(torch.isfinite(out64).all()):
-            hint = _nonfinite_hint(out64, q, k, v, case, scale)
+            hint = _nonfinite_hint(out64, q, k, v, case, scale, blocked=exercise[:2].isdigit() and exercise[:2] >= "03")
         else:
             # A mistake recognised within a small part of the answer's scale is still that mistake, just noisy.
             tol = max(budget.allowed * 4, _rel(case.dtype) * max(float(ref.abs().max()), 1e-6))

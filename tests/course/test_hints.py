@@ -313,8 +313,15 @@ def test_overflow_hint_only_where_exp_overflows():
         return out
     message = attention_failure(one_nan_row, PEAKY)
     assert "NaN in 1 of 17 rows" in message and hint_of(message) is None
-    message = attention_failure(lambda q, k, v, scale=None: torch.full_like(q, float("nan")))  # a normal case
+    # Every row NaN in a normal case: the hint names the two ways a loop gets there (no key ever added, or the first
+    # rescale inverted) as possibilities, not the overflow of exp, which this case cannot reach.
+    all_nan = lambda q, k, v, scale=None: torch.full_like(q, float("nan"))  # noqa: E731
+    message = attention_failure(all_nan)  # a normal case, no loop over key blocks to blame
     assert "NaN" in message and hint_of(message) is None
+    # The tiled kernels' checks (lesson 03 on) name the two ways a loop over key blocks makes every row NaN.
+    with pytest.raises(CheckFailed) as info:
+        check_attention("03.tiled_torch", all_nan, NORMAL)
+    assert hint_of(str(info.value)).startswith("every row is NaN") and "range" not in hint_of(str(info.value))
 
 
 def test_rows_that_see_no_key_get_the_empty_row_hint_and_nothing_else_does():

@@ -95,7 +95,7 @@ WRONG_KERNELS: list[WrongKernel] = [
        (('acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")', 'acc = acc + tl.dot(p, v, input_precision="ieee")'),),
        hint="acc is not rescaled"),
     _W("03.tiled_triton", "stale-max", "computes the new max but never keeps it",
-       (("        m = m_new\n", ""),), hint=None),
+       (("        m = m_new\n", ""),), hint="Is m updated to m_new at the end of every step?"),
     _W("03.tiled_triton", "tail-keys-unmasked", "lets the padded keys of the last tile score 0 instead of -inf",
        (('        s = tl.where(key_ok[None, :], s, float("-inf"))', ""),), hint="padding keys of the last block count"),
     _W("03.tiled_triton", "lse-without-max", "writes log(l) as the LSE, forgetting the running max",
