@@ -709,14 +709,13 @@ DRAWS = {
     "08.fp8_value": lambda r: dict(bits=r.randint(0, 255), fmt=r.choice(sorted(fp8.FORMATS))),
 }
 
+# No course function computes these answers from their arguments (the format rule of course.models.fp8 reads a
+# tensor, its bound sums float32 roundings, its grid is ordered by value, not by bits), so none is refused; and
+# PyTorch itself decodes a byte (a uint8 tensor viewed as an fp8 dtype), which no policy can take away.
 MODEL_POLICY = {
-    "08.fp8_scale": ModelPolicy(("course.models.fp8.choose_format", "course.models.fp8.quantize_per_head"),
-                                "it is the course's own format rule and quantiser, which the exercise asks you to "
-                                "write (course.models.fp8.E4M3 and E5M2 give you the formats' numbers)"),
-    "08.score_error": ModelPolicy(("course.models.fp8.score_error_bound", "course.models.fp8.p_rounding_bound"),
-                                  "it is the course's own error bound, which the exercise asks you to derive"),
-    "08.fp8_value": ModelPolicy(("course.models.fp8.grid",),
-                                "it decodes every byte of a format, which the exercise asks you to do by hand"),
+    "08.fp8_scale": ModelPolicy(allowed=("course.models.fp8.fmt",)),
+    "08.score_error": ModelPolicy(allowed=("course.models.fp8.fmt",)),
+    "08.fp8_value": ModelPolicy(allowed=("course.models.fp8.fmt",)),
 }
 
 LADDERS = LADDERS + (
