@@ -159,13 +159,15 @@ def _sequences(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
 
 
 def train_losses(attention: Callable[..., torch.Tensor], steps: int = 8, seed: int = 0, batch: int = 4,
-                 length: int = 24, device: str | torch.device | None = None) -> list[float]:
+                 length: int = 24, device: str | torch.device | None = None,
+                 weights: list[torch.Tensor] | None = None) -> list[float]:
     """Next-token cross-entropy of each training step of a fresh TinyAttentionModel using ``attention``.
 
     Same seed, same initial weights and data for any ``attention``: two attentions that compute the same
     function with the same gradients give the same losses, step for step, up to float rounding. The model
     and its data live on ``device``, by default the tier's (:func:`course.tiers.device`): the GPU where
-    the course's kernels run natively. The weights are drawn on the CPU first, so every device starts alike."""
+    the course's kernels run natively. The weights are drawn on the CPU first, so every device starts alike.
+    ``weights``, when given, receives the trained parameters."""
     device = tier_device() if device is None else device
     torch.manual_seed(seed)
     model = TinyAttentionModel(attention).to(device)
@@ -182,14 +184,18 @@ def train_losses(attention: Callable[..., torch.Tensor], steps: int = 8, seed: i
             losses.append(float("nan"))
             break
         losses.append(loss.item())
+    if weights is not None:  # the trained model's parameters: every bit of every gradient left its mark on them
+        weights.extend(p.detach().cpu().clone() for p in model.parameters())
     return losses
 
 
 def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
     """``probe(steps, seed)`` → (the losses of a training run with ``fn`` as the model's attention,
-    (matrix products, fused attention calls) PyTorch made inside ``fn``'s calls, Triton kernels launched in the run)."""
-    def probe(steps: int, seed: int) -> tuple[list[float], tuple[int, int], int]:
+    (matrix products, fused attention calls) PyTorch made inside ``fn``'s calls, Triton kernels launched in the run,
+    the trained parameters)."""
+    def probe(steps: int, seed: int) -> tuple[list[float], tuple[int, int], int, list[torch.Tensor]]:
         built = [0, 0]
+        weights: list[torch.Tensor] = []
 
         def watched(*args, **kwargs):
             mode = Footprint()
@@ -201,10 +207,10 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
                 built[1] += len(mode.seen.fused_attention)
         with counting_launches() as launches:
             try:
-                losses = train_losses(watched, steps=steps, seed=seed)
+                losses = train_losses(watched, steps=steps, seed=seed, weights=weights)
             except SeenEnough:
                 losses = []
-        return losses, tuple(built), launches[0]
+        return losses, tuple(built), launches[0], weights
     probe.__name__ = getattr(fn, "__name__", "flash_attention")
     return probe
 
@@ -267,13 +273,14 @@ def kernel_attention(dq_mode: str) -> Callable[..., torch.Tensor]:
     return attention
 
 
-def kernel_training_losses(steps: int, seed: int, dq_mode: str) -> list[float]:
-    """The losses of :func:`train_losses` with the course's kernels as the attention, computed on one thread as the
-    answer process computes (PyTorch's reductions sum in another order on more threads)."""
+def kernel_training_losses(steps: int, seed: int, dq_mode: str) -> tuple[list[float], list[torch.Tensor]]:
+    """The losses and trained parameters of :func:`train_losses` with the course's kernels as the attention, computed
+    on one thread as the answer process computes (PyTorch's reductions sum in another order on more threads)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    weights: list[torch.Tensor] = []
     try:
-        return train_losses(kernel_attention(dq_mode), steps=steps, seed=seed)
+        return train_losses(kernel_attention(dq_mode), steps=steps, seed=seed, weights=weights), weights
     finally:
         torch.set_num_threads(threads)
 

@@ -186,10 +186,10 @@ def _training(probe, steps: int = 8, seed: int = 0) -> Report:
     from course.lessons.capstone import sdpa_attention, train_losses  # here, not on top: +4 ms to `import course`
     text = f"a {steps}-step training run (seed {seed})"
     result = learner_call("08.training", probe, (steps, seed), {}, text)
-    if not (isinstance(result, (list, tuple)) and len(result) == 3):
+    if not (isinstance(result, (list, tuple)) and len(result) == 4):
         raise CheckFailed(f"08.training: the training run returned {type(result).__name__}; expected (losses, built, "
-                          "launches).")
-    got, (products, fused), launches = result
+                          "launches, weights).")
+    got, (products, fused), launches, weights = result
     _built_by_wrapper("08.training", text, products, fused)
     _ran_the_kernels("08.training", text, launches, "flash_attention")
     want = train_losses(sdpa_attention, steps=steps, seed=seed)
@@ -208,11 +208,19 @@ def _training(probe, steps: int = 8, seed: int = 0) -> Report:
         from course.lessons.capstone import DQ_MODES, kernel_training_losses  # here, not on top: +4 ms to `import course`
         exact = tiers.triton_interpreted()
         runs = (kernel_training_losses(steps, seed, mode) for mode in DQ_MODES)
-        if not any(_same_losses(got, own, exact) for own in runs):
+        if not any(_same_losses(got, losses, exact) and _same_weights(weights, own, exact) for losses, own in runs):
             raise CheckFailed("08.training: " + _NOT_THE_KERNELS.format(
-                what=f"the losses of {text}", kernels="the same run with lesson 06's and 07's kernels (either dQ "
-                                                      "design)", detail=", which the grader ran itself"))
+                what=f"the losses and trained weights of {text}", kernels="the same run with lesson 06's and 07's "
+                                                                          "kernels (either dQ design)",
+                detail=", which the grader ran itself"))
     return Report("08.training", steps)
+
+
+def _same_weights(got: Any, own: list, exact: bool) -> bool:
+    """The trained parameters, bit for bit on the interpreter: a loss can round a gradient's last bits away, the
+    weights keep them."""
+    return isinstance(got, (list, tuple)) and len(got) == len(own) and all(_same_as(g, w, exact)
+                                                                          for g, w in zip(got, own))
 
 
 def _same_losses(got: list, own: list, exact: bool) -> bool:

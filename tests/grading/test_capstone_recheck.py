@@ -179,14 +179,16 @@ def test_numbers_the_kernels_did_not_make_lose_every_point_where_the_grade_is_de
 def test_the_probe_in_the_answer_process_is_the_courses_own(monkeypatch) -> None:
     """With the reading of the cell switched off (in this test only), a cell that replaces the course's probes still
     gains nothing: the answer process bound them before any cell ran. A cell that switches the watch off inside
-    that process is different, and that is what reading the cell is for."""
+    that process builds the scores unseen, but its numbers are not the kernels' (O, the gradients, and the trained
+    weights of the training run, which keep the last bits a loss rounds away), so it loses every point too."""
     import course.lessons.capstone
     monkeypatch.setattr(course.lessons.capstone, "refused_reach", lambda source: None)
     cheats = {cheat.name: cheat.changes[0].source for cheat in capstone_cheats(REPO)}
     wraps_probe, unwatched = cheats["capstone-sdpa-cleans-the-probe"], cheats["capstone-stashes-scores-unwatched"]
     results = run_job(_job(wraps_probe))
     assert all(not r["passed"] and "PyTorch's fused attention" in r["message"] for r in results.values()), results
-    assert all(r["passed"] for r in run_job(_job(unwatched)).values())
+    results = run_job(_job(unwatched))
+    assert all(not r["passed"] and "not what" in r["message"] for r in results.values()), results
 
 
 def test_a_probe_runs_in_the_answer_process_and_returns_data() -> None:
