@@ -45,58 +45,6 @@ from course.tracks.triton import autotuning  # importing course first also selec
 
 
 @triton.jit
-def round_to_format(x, MANTISSA_BITS: tl.constexpr, MIN_NORMAL: tl.constexpr):
-    """x (float32, >= 0, within the format's range) rounded to nearest with the format's bits, still in float32.
-
-    Only Triton's interpreter needs it: its float32 → fp8 cast (Triton 3.9) truncates the carry of a mantissa that
-    rounds up into an odd exponent (126.8 → 64 in e4m3 instead of 128), while a value the format holds exactly
-    converts right. A GPU's cvt instruction rounds correctly, and the compiled kernel casts directly."""
-    split = x * (2.0 ** (23 - MANTISSA_BITS) + 1.0)   # Veltkamp's split: keeps MANTISSA_BITS + 1 significant bits
-    normal = split - (split - x)
-    step = MIN_NORMAL / (2 ** MANTISSA_BITS)           # below MIN_NORMAL the numbers are multiples of one step
-    return tl.where(x < MIN_NORMAL, tl.math.floor(x / step + 0.5) * step, normal)
-
-
-@triton.jit
-def attend_fp8_blocks(acc, l, m, q, kT_ptrs, v_ptrs, stride_kn, stride_vn, rows, keys, col_ok,
-                      n_k, diagonal, qk_scale, lo, hi,
-                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, P_SCALE: tl.constexpr,
-                      P_MANTISSA_BITS: tl.constexpr, P_MIN_NORMAL: tl.constexpr, ROUND_FIRST: tl.constexpr):
-    """Fold key blocks [lo, hi) into the running (acc, l, m) of one query block (lesson 06's loop, fp8 tiles)."""
-    for start_n in range(lo, hi, BLOCK_N):
-        key_idx = start_n + keys
-        key_ok = key_idx < n_k
-        if MASKED:
-            kT = tl.load(kT_ptrs + start_n * stride_kn, mask=col_ok[:, None] & key_ok[None, :], other=0.0)
-            v = tl.load(v_ptrs + start_n * stride_vn, mask=key_ok[:, None] & col_ok[None, :], other=0.0)
-        else:
-            kT = tl.load(kT_ptrs + start_n * stride_kn, mask=col_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs + start_n * stride_vn, mask=col_ok[None, :], other=0.0)
-        s = tl.dot(q, kT) * qk_scale  # fp8 × fp8 on tensor cores, fp32 out; descaled, in base-2 units
-        if MASKED:
-            visible = key_ok[None, :]
-            if CAUSAL:
-                visible = visible & (key_idx[None, :] <= rows[:, None] + diagonal)
-            s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            m_sub = m_new
-        alpha = tl.math.exp2(m - m_sub)
-        p = tl.math.exp2(s - m_sub[:, None])
-        l = l * alpha + tl.sum(p, axis=1)      # l sums the float32 weights: the cast below does not touch it
-        acc = acc * alpha[:, None]
-        # P · P_SCALE in V's 8-bit format: the second product runs in fp8 too.
-        p_scaled = p * P_SCALE
-        if ROUND_FIRST:  # the interpreter only (see round_to_format)
-            p_scaled = round_to_format(p_scaled, P_MANTISSA_BITS, P_MIN_NORMAL)
-        acc = tl.dot(p_scaled.to(v.dtype), v, acc)
-        m = m_new
-    return acc, l, m
-
-
-@triton.jit
 def fp8_attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,   # Q (B, H, Nq, D), K, V (B, H_kv, Nk, D) in fp8; O fp16; LSE fp32
     q_descale_ptr, k_descale_ptr, v_descale_ptr,  # float32 descales: Q's (B, H), K's and V's (B, H_kv)
@@ -165,6 +113,58 @@ def fp8_attention_kernel(
 
 
 # ---- given code below this line: you do not edit it ----
+
+
+@triton.jit
+def round_to_format(x, MANTISSA_BITS: tl.constexpr, MIN_NORMAL: tl.constexpr):
+    """x (float32, >= 0, within the format's range) rounded to nearest with the format's bits, still in float32.
+
+    Only Triton's interpreter needs it: its float32 → fp8 cast (Triton 3.9) truncates the carry of a mantissa that
+    rounds up into an odd exponent (126.8 → 64 in e4m3 instead of 128), while a value the format holds exactly
+    converts right. A GPU's cvt instruction rounds correctly, and the compiled kernel casts directly."""
+    split = x * (2.0 ** (23 - MANTISSA_BITS) + 1.0)   # Veltkamp's split: keeps MANTISSA_BITS + 1 significant bits
+    normal = split - (split - x)
+    step = MIN_NORMAL / (2 ** MANTISSA_BITS)           # below MIN_NORMAL the numbers are multiples of one step
+    return tl.where(x < MIN_NORMAL, tl.math.floor(x / step + 0.5) * step, normal)
+
+
+@triton.jit
+def attend_fp8_blocks(acc, l, m, q, kT_ptrs, v_ptrs, stride_kn, stride_vn, rows, keys, col_ok,
+                      n_k, diagonal, qk_scale, lo, hi,
+                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, P_SCALE: tl.constexpr,
+                      P_MANTISSA_BITS: tl.constexpr, P_MIN_NORMAL: tl.constexpr, ROUND_FIRST: tl.constexpr):
+    """Fold key blocks [lo, hi) into the running (acc, l, m) of one query block (lesson 06's loop, fp8 tiles)."""
+    for start_n in range(lo, hi, BLOCK_N):
+        key_idx = start_n + keys
+        key_ok = key_idx < n_k
+        if MASKED:
+            kT = tl.load(kT_ptrs + start_n * stride_kn, mask=col_ok[:, None] & key_ok[None, :], other=0.0)
+            v = tl.load(v_ptrs + start_n * stride_vn, mask=key_ok[:, None] & col_ok[None, :], other=0.0)
+        else:
+            kT = tl.load(kT_ptrs + start_n * stride_kn, mask=col_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs + start_n * stride_vn, mask=col_ok[None, :], other=0.0)
+        s = tl.dot(q, kT) * qk_scale  # fp8 × fp8 on tensor cores, fp32 out; descaled, in base-2 units
+        if MASKED:
+            visible = key_ok[None, :]
+            if CAUSAL:
+                visible = visible & (key_idx[None, :] <= rows[:, None] + diagonal)
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            m_sub = m_new
+        alpha = tl.math.exp2(m - m_sub)
+        p = tl.math.exp2(s - m_sub[:, None])
+        l = l * alpha + tl.sum(p, axis=1)      # l sums the float32 weights: the cast below does not touch it
+        acc = acc * alpha[:, None]
+        # P · P_SCALE in V's 8-bit format: the second product runs in fp8 too.
+        p_scaled = p * P_SCALE
+        if ROUND_FIRST:  # the interpreter only (see round_to_format)
+            p_scaled = round_to_format(p_scaled, P_MANTISSA_BITS, P_MIN_NORMAL)
+        acc = tl.dot(p_scaled.to(v.dtype), v, acc)
+        m = m_new
+    return acc, l, m
 
 LOG2E = 1.4426950408889634
 

@@ -559,7 +559,10 @@ def _clean_autograd(fn):
 
 
 def _clean_training(fn):
-    return lambda steps, seed: (_probes.train_losses(fn, steps=steps, seed=seed), (0, 0), 2 * steps)
+    def probe(steps, seed):
+        weights = []
+        return _probes.train_losses(fn, steps=steps, seed=seed, weights=weights), (0, 0), 2 * steps, weights
+    return probe
 
 
 _probes.autograd_probe, _probes.training_probe = _clean_autograd, _clean_training
