@@ -218,15 +218,23 @@ def training_probe(fn: Callable[..., torch.Tensor]) -> Callable[..., Any]:
 # -- the course's kernels, run by the grader itself ------------------------------------------------------------
 # Where the grade is decided the probes above run in the answer process, beside the learner's code, which can
 # reach them; what they return is data the grader cannot trust to say how it was made. So the grader runs the
-# course's own kernels (lesson 06's forward, lesson 07's backward) in its own process on the same inputs, and the
-# learner's numbers must be theirs: bit for bit on Triton's interpreter, whichever dQ design the Function chose.
+# course's own kernels (lesson 06's forward, the capstone's backward in kernels/triton/08_backward.py) in its own
+# process on the same inputs, and the learner's numbers must be theirs: bit for bit on Triton's interpreter. A
+# Function that calls lesson 07's backward instead (either dQ design) made its numbers with course kernels too.
 
 @functools.lru_cache(maxsize=None)
 def _kernel_files() -> tuple[Any, Any]:
-    return load_triton_module("triton/06_causal"), load_triton_module("triton/07_backward")
+    return load_triton_module("triton/06_causal"), load_triton_module("triton/08_backward")
 
 
-DQ_MODES = ("atomic", "split")
+@functools.lru_cache(maxsize=None)
+def _lesson07() -> Any:
+    return load_triton_module("triton/07_backward")
+
+
+DQ_MODES = ("capstone", "atomic", "split")
+"""The backward designs whose gradients the grader accepts, the solution's first: the capstone's own backward
+(kernels/triton/08_backward.py, deterministic), then lesson 07's with the atomic and with the split dQ."""
 
 
 class KernelAnswers:
@@ -243,12 +251,16 @@ class KernelAnswers:
         self._gradients: dict[str, tuple[torch.Tensor, ...]] = {}
 
     def gradients(self, do: torch.Tensor, dq_mode: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """dQ, dK, dV of the backward design ``dq_mode`` (one of DQ_MODES; "capstone" is the solution's)."""
         if dq_mode not in self._gradients:
-            _, backward = _kernel_files()
+            args = (self.q, self.k, self.v, self.o, self.lse, do.contiguous())
             with autotune(False):
-                self._gradients[dq_mode] = backward.attention_backward_bhnd(
-                    self.q, self.k, self.v, self.o, self.lse, do.contiguous(), causal=self.causal, scale=self.scale,
-                    dq_mode=dq_mode)
+                if dq_mode == "capstone":
+                    self._gradients[dq_mode] = _kernel_files()[1].attention_backward_bhnd(
+                        *args, causal=self.causal, scale=self.scale)
+                else:
+                    self._gradients[dq_mode] = _lesson07().attention_backward_bhnd(
+                        *args, causal=self.causal, scale=self.scale, dq_mode=dq_mode)
         return self._gradients[dq_mode]
 
 
@@ -267,7 +279,7 @@ class _CourseKernels(torch.autograd.Function):
 
 
 def kernel_attention(dq_mode: str) -> Callable[..., torch.Tensor]:
-    """``attention(q, k, v, causal=, scale=)`` computed by the course's kernels with the dQ design ``dq_mode``."""
+    """``attention(q, k, v, causal=, scale=)`` computed by the course's kernels with the backward ``dq_mode``."""
     def attention(q, k, v, causal=False, scale=None):
         return _CourseKernels.apply(q, k, v, bool(causal), scale, dq_mode)
     return attention

@@ -38,7 +38,7 @@ def _ran_the_kernels(exercise: str, text: str, launches: int, where: str) -> Non
     product and no large tensor, so only the launches tell)."""
     if launches == 0:
         raise CheckFailed(f"{exercise}: on {text} {where} launched no Triton kernel. The capstone's arithmetic belongs "
-                          "to the course's kernels (lesson 06's forward, lesson 07's backward), launched from "
+                          "to the course's kernels (lesson 06's forward, the capstone's backward), launched from "
                           "FlashAttention's forward and backward; the wrapper only shapes tensors and maps heads.")
 
 
@@ -47,13 +47,13 @@ def _built_by_wrapper(exercise: str, text: str, products: int, fused: int) -> No
     if fused:
         raise CheckFailed(f"{exercise}: on {text} flash_attention calls PyTorch's fused attention "
                           "(scaled_dot_product_attention). The capstone runs the course's kernels: lesson 06's forward "
-                          "and lesson 07's backward.")
+                          "and the capstone's backward (kernels/triton/08_backward.py).")
     if products:
         raise CheckFailed(f"{exercise}: on {text} flash_attention makes {products} matrix product(s) in PyTorch "
                           "(S = Q Kᵀ, or P V, outside the kernels). The attention's arithmetic belongs to the kernels "
-                          "(lesson 06's forward, lesson 07's backward); the wrapper only shapes tensors, maps heads "
+                          "(lesson 06's forward, the capstone's backward); the wrapper only shapes tensors, maps heads "
                           "and sums gradients.\n  hint: build neither the scores nor P in PyTorch: the forward "
-                          "saves O and the LSE, and lesson 07's backward recomputes P from them.")
+                          "saves O and the LSE, and the backward recomputes P from them.")
 
 
 def _saved_scores(exercise: str, text: str, saved: list, q: torch.Tensor, k: torch.Tensor, products: int) -> None:
@@ -210,8 +210,8 @@ def _training(probe, steps: int = 8, seed: int = 0) -> Report:
         runs = (kernel_training_losses(steps, seed, mode) for mode in DQ_MODES)
         if not any(_same_losses(got, losses, exact) and _same_weights(weights, own, exact) for losses, own in runs):
             raise CheckFailed("08.training: " + _NOT_THE_KERNELS.format(
-                what=f"the losses and trained weights of {text}", kernels="the same run with lesson 06's and 07's "
-                                                                          "kernels (either dQ design)",
+                what=f"the losses and trained weights of {text}", kernels="the same run with lesson 06's forward "
+                                                                          "and the capstone's backward",
                 detail=", which the grader ran itself"))
     return Report("08.training", steps)
 
@@ -231,7 +231,7 @@ def _same_losses(got: list, own: list, exact: bool) -> bool:
 
 _NOT_THE_KERNELS = (
     "{what} are not what {kernels} gives{detail}. Your Function's numbers must be the kernels' own: the forward returns "
-    "the O lesson 06's kernel wrote and the backward the gradients lesson 07's kernels wrote, with K and V passed "
+    "the O lesson 06's kernel wrote and the backward the gradients the capstone's backward kernels wrote, with K and V passed "
     "with their own heads. Computing them any other way beside the launches (PyTorch, a copy, a row at a time) gives "
     "other bits, and the grader compares bits.\n"
     "  hint: `o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)` in forward, "
@@ -252,7 +252,9 @@ def _from_the_kernels(exercise: str, text: str, got: tuple, own: Any, do: torch.
     """The learner's O (and, with ``do``, dQ, dK and dV) must be what the course's kernels give on the same inputs,
     run by the grader in its own process (:class:`course.lessons.capstone.KernelAnswers`): bit for bit on the
     interpreter, to a few units in the last place on a GPU, where the atomic dQ sums in the order its programs
-    finish."""
+    finish. The capstone's backward (the solution's) is tried first; lesson 07's two dQ designs are course kernels
+    too."""
+    from course.lessons.capstone import DQ_MODES  # here, not on top: +4 ms to `import course`
     exact = tiers.triton_interpreted()
     if not _same_as(got[0], own.o, exact):
         raise CheckFailed(f"{exercise}: " + _NOT_THE_KERNELS.format(
@@ -260,14 +262,14 @@ def _from_the_kernels(exercise: str, text: str, got: tuple, own: Any, do: torch.
             detail=_differs(got[0], own.o) + " (the grader ran it itself, on the same inputs)"))
     if do is None:
         return
-    for mode in ("atomic", "split"):  # the designs of lesson 07's backward (capstone.DQ_MODES)
-        if all(_same_as(g, w, exact or mode == "split" or name != "dq")
+    for mode in DQ_MODES:  # only lesson 07's atomic dQ sums in a different order from run to run on a GPU
+        if all(_same_as(g, w, exact or mode != "atomic" or name != "dq")
                for name, g, w in zip(("dq", "dk", "dv"), got[1:], own.gradients(do, mode))):
             return
-    wrong = [name for name, g, w in zip(("dq", "dk", "dv"), got[1:], own.gradients(do, "atomic"))
+    wrong = [name for name, g, w in zip(("dq", "dk", "dv"), got[1:], own.gradients(do, DQ_MODES[0]))
              if not _same_as(g, w, exact)]
     raise CheckFailed(f"{exercise}: " + _NOT_THE_KERNELS.format(
-        what=f"on {text} the gradients {', '.join(wrong)}", kernels="lesson 07's backward (atomic or split dQ)",
+        what=f"on {text} the gradients {', '.join(wrong)}", kernels="the capstone's backward (kernels/triton/08_backward.py)",
         detail=" (the grader ran it itself, on the same inputs and dO)"))
 
 
@@ -298,8 +300,8 @@ LADDERS = (
            "forward(ctx, q, k, v, causal, scale, deterministic) runs lesson 06's forward; what must it keep for "
            "backward, and what must it not keep?",
            "`o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)`; "
-           "`ctx.save_for_backward(q, k, v, o, lse)`; keep causal, scale and the dq_mode (\"split\" when "
-           "deterministic) on ctx. Never P.",
+           "`ctx.save_for_backward(q, k, v, o, lse)`; keep causal and scale on ctx (the backward has no atomics, so "
+           "deterministic needs nothing there). Never P.",
            "backward(ctx, do): restore what forward saved (`q, k, v, o, lse = ctx.saved_tensors`), call "
            "`_backward.attention_backward_bhnd` with K and V as saved (their own H_kv heads: the kernels map query "
            "head h to K/V head h // (H / H_kv) and sum dK, dV over each group), and return dq, dk, dv, None, None, "

@@ -4,6 +4,7 @@
                                         # and autotuning), written to docs/benchmarks.md (what `make bench` runs)
     python -m course.tools.bench_triton --quick      # a small subset
     python -m course.tools.bench_triton --leaderboard  # B=1, H=16, N=16k, D=64, causal, bf16, fwd+bwd: 08 vs both SDPAs
+    python -m course.tools.bench_triton --leaderboard --kernels 08b7  # and 08 with lesson 07's backward beside it
     python -m course.tools.bench_triton --help       # every option
 
 On a CUDA GPU it times, for each dtype, head dim D, sequence length N, causal or not and mode
@@ -21,12 +22,15 @@ Which kernels apply where:
 
 * 03 tiled, 04 pipelined, 05 tensor cores: forward, non-causal (they have no mask).
 * 06 causal: forward, causal and not.
-* 08 flash_attention: forward and forward + backward, causal and not (its backward is lesson 07's,
-  with the atomic dQ; lesson 07 has no row of its own). The benchmark autotunes both: the forward over
-  lesson 06's list, the backward's dK/dV and dQ kernels over lesson 07's ``tuning_configs``, with the
-  float32 dQ buffer zeroed before every timed trial (``reset_to_zero``), so trials never add into the
-  result. What an H200 measured is in docs/benchmarks.md; a learner's direct call of ``flash_attention``
-  (outside ``autotune()``) runs the launch tables of lessons 06 and 07 instead, which nothing here times.
+* 08 flash_attention: forward and forward + backward, causal and not (its backward is its own,
+  kernels/triton/08_backward.py: one launch, no atomics). The benchmark autotunes both: the forward over
+  lesson 06's list, the backward over 08_backward.py's ``tuning_configs``. What an H200 measured is in
+  docs/benchmarks.md; a learner's direct call of ``flash_attention`` (outside ``autotune()``) runs the launch
+  tables instead (row ``08d`` when named).
+* 08b7 (only when named): forward + backward of the same operator with lesson 07's backward (atomic dQ, its
+  dK/dV and dQ kernels autotuned over lesson 07's ``tuning_configs``, the float32 dQ buffer zeroed before
+  every timed trial) in place of the capstone's own: the two backwards side by side in one run, on the same
+  inputs and the same forward. Lesson 07 has no row of its own.
 * Lesson 01's naive kernel and lesson 02's one-sweep kernel are left out: they take a single (N, D)
   head and every query row reads all of K and V (01 reads K twice), so beyond small N they take
   minutes, not milliseconds.
@@ -153,7 +157,11 @@ DIRECT = Kernel("08d", "08 direct call", "08.flash_attention_triton", _EVERYTHIN
 # sm_89 has no fp8 tensor cores: its rows say so instead of a time.
 FP8 = Kernel("08f", "08 fp8 forward", "08.fp8_forward_triton", _FORWARD_ANY)
 FP8_TOLERANCE = 0.1  # relative RMS against SDPA: e4m3 rounds Q, K, V and P by up to 1/16 each (course.models.fp8)
-OPTIONAL: tuple[Kernel, ...] = (DIRECT, FP8)
+# Timed only when named (--kernels ...,08b7): lesson 08's forward with lesson 07's backward (atomic dQ), both autotuned:
+# what the capstone ran before it had its own backward, beside the 08 row's time.
+_BACKWARD_ONLY = frozenset({(FWD_BWD, False), (FWD_BWD, True)})
+LESSON07_BACKWARD = Kernel("08b7", "08 with lesson 07's backward", "08.flash_attention_triton", _BACKWARD_ONLY)
+OPTIONAL: tuple[Kernel, ...] = (DIRECT, FP8, LESSON07_BACKWARD)
 _BY_KEY = {k.key: k for k in KERNELS + OPTIONAL}
 
 
@@ -427,9 +435,8 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         "- `vs SDPA` and `vs previous` are speed ratios (their time / this kernel's time): above 1 is faster. "
         "The previous lesson is the latest earlier lesson measured on the same shape.",
         "- Lessons 03-05 have no mask, so they run forward non-causal only; 06 runs forward; 08 (06's forward with "
-        "07's backward, atomic dQ, as an autograd Function; both autotuned, the dQ buffer zeroed before every "
-        "trial) runs everything. Lesson 07 has no row of its own: it is "
-        "the backward inside 08's forward + backward time.",
+        "the capstone's own backward, kernels/triton/08_backward.py, as an autograd Function; both autotuned) runs "
+        "everything. Lesson 07 has no row of its own (see 08 with lesson 07's backward, when it was timed).",
         "- Lesson 01's naive kernel and lesson 02's one-sweep kernel are not in the tables: they take one (N, D) head "
         "and every query row reads all of K and V (lesson 01 reads K twice), so beyond small N a single call takes "
         "minutes.",
@@ -440,6 +447,10 @@ def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
         lines.append("- 08 direct call: the same operator called outside `autotune()`, as a model calls it: the launch "
                      "tables of lessons 06 and 07 (`LAUNCH_TABLE`) where they name this GPU, the check configs elsewhere; "
                      "nothing is tuned or timed at call time.")
+    if any(m.kernel == LESSON07_BACKWARD.key for m in measurements):
+        lines.append("- 08 with lesson 07's backward: the same forward, with lesson 07's backward (atomic dQ, its kernels "
+                     "autotuned over lesson 07's lists, the dQ buffer zeroed before every trial) in place of the "
+                     "capstone's own: the two backwards side by side, on the same inputs.")
     if any(m.kernel == FP8.key for m in measurements):
         lines.append("- 08 fp8 forward: lesson 08's fp8 kernel on Q, K, V quantised to e4m3 per head once per shape (the "
                      "kernel alone is timed; O in float16); its output is compared with SDPA's within a relative RMS of "
@@ -541,6 +552,8 @@ def classify_error(exc: BaseException) -> tuple[str, str]:
 def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     """``fn(q, k, v, causal) → o`` for a lesson kernel, through course.tracks.triton."""
     # Benchmarks autotune (checks never); the direct-call row times what a model's call launches.
+    if kernel.key == LESSON07_BACKWARD.key:
+        return _with_lesson07_backward()
     fn = triton_track.solution(triton_track.step(kernel.exercise), tuned=kernel.key != DIRECT.key)
     if kernel.key == FP8.key:
         return _fp8_runner(fn)
@@ -549,6 +562,33 @@ def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     if kernel.key == "06":
         return lambda q, k, v, causal: fn(q, k, v, causal)[0]
     return lambda q, k, v, causal: fn(q, k, v, causal=causal)
+
+
+def _with_lesson07_backward() -> Callable[..., Any]:
+    """``fn(q, k, v, causal) → o``: lesson 08's operator as it was before it had its own backward (lesson 06's forward,
+    lesson 07's backward with the atomic dQ), both autotuned as the 08 row is."""
+    from course.kernels import load_triton_module  # here, not on top: only this row needs lesson 07's file
+    forward, backward = load_triton_module("triton/06_causal"), load_triton_module("triton/07_backward")
+    tuned = None if tiers.triton_interpreted() else True  # the interpreter has nothing to time: the check configs
+
+    class Lesson07Backward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal):
+            with triton_track.autotune(tuned):
+                o, lse = forward.causal_attention_forward(q, k, v, causal)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal = causal
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            with triton_track.autotune(tuned):
+                dq, dk, dv = backward.attention_backward_bhnd(q, k, v, o, lse, do.contiguous(), causal=ctx.causal,
+                                                              dq_mode="atomic")
+            return dq, dk, dv, None
+
+    return lambda q, k, v, causal: Lesson07Backward.apply(q.contiguous(), k.contiguous(), v.contiguous(), bool(causal))
 
 
 def _fp8_runner(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -910,8 +950,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both",
                         help="causal masking: both (default), yes (causal only), no (non-causal only)")
     parser.add_argument("--kernels", type=_list(_kernel_key), default=None, metavar="LIST",
-                        help="kernels to time among cudnn,03,04,05,06,08,08d (default all but 08d, lesson 08 called "
-                             "directly; SDPA's flash backend always runs: it is the reference and the baseline)")
+                        help="kernels to time among cudnn,03,04,05,06,08,08d,08f,08b7 (default all but 08d, lesson 08 "
+                             "called directly, and 08b7, lesson 08 with lesson 07's backward; SDPA's flash backend "
+                             "always runs: it is the reference and the baseline)")
     parser.add_argument("--no-cudnn", action="store_true",
                         help="leave out the second baseline, SDPA's cuDNN backend")
     parser.add_argument("--leaderboard", action="store_true",
@@ -937,7 +978,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     if args.leaderboard:
-        return leaderboard_plan(args.reps, cudnn=not args.no_cudnn, direct=DIRECT.key in (args.kernels or []))
+        return leaderboard_plan(args.reps, cudnn=not args.no_cudnn, direct=DIRECT.key in (args.kernels or []),
+                                lesson07=LESSON07_BACKWARD.key in (args.kernels or []))
     quick = args.quick
     keys = set(args.kernels or [k.key for k in KERNELS] + [FP8.key])
     if args.no_cudnn:
@@ -959,9 +1001,11 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 LEADERBOARD = {"n": 16384, "heads": 16, "d": 64, "dtype": "bf16"}
 
 
-def leaderboard_plan(reps: int | None = None, cudnn: bool = True, direct: bool = False) -> Plan:
-    """The leaderboard shape: SDPA, cuDNN and lesson 08 autotuned, and with ``direct`` lesson 08 called directly."""
-    keys = {SDPA.key, "08"} | ({CUDNN.key} if cudnn else set()) | ({DIRECT.key} if direct else set())
+def leaderboard_plan(reps: int | None = None, cudnn: bool = True, direct: bool = False, lesson07: bool = False) -> Plan:
+    """The leaderboard shape: SDPA, cuDNN and lesson 08 autotuned, with ``direct`` lesson 08 called directly, and with
+    ``lesson07`` lesson 08 with lesson 07's backward (the two backwards side by side)."""
+    keys = ({SDPA.key, "08"} | ({CUDNN.key} if cudnn else set()) | ({DIRECT.key} if direct else set())
+            | ({LESSON07_BACKWARD.key} if lesson07 else set()))
     return Plan(dtypes=[LEADERBOARD["dtype"]], head_dims=[LEADERBOARD["d"]], seq_lens=[LEADERBOARD["n"]],
                 modes=[FWD_BWD], causal=[True], kernels=[k for k in KERNELS + OPTIONAL if k.key in keys],
                 tokens=LEADERBOARD["n"], heads=LEADERBOARD["heads"], min_reps=reps or DEFAULT_REPS)

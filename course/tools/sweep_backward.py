@@ -1,7 +1,9 @@
-"""Sweep the launch configs of lesson 07's backward on a GPU: every config timed, every config validated.
+"""Sweep the launch configs of the backwards on a GPU (lesson 07's, and the capstone's own): every config timed, every
+config validated.
 
     python -m course.tools.sweep_backward                     # the two shapes of the H200 run (minutes)
     python -m course.tools.sweep_backward --shapes leaderboard --kinds dkdv --out sweep.jsonl
+    python -m course.tools.sweep_backward --kinds capstone    # the capstone's backward (kernels/triton/08_backward.py)
     python -m course.tools.sweep_backward --list              # the configs it would time, on any machine
 
 For each shape it runs ``attention_backward_bhnd`` (lesson 07) at its check configs first: those gradients are
@@ -14,6 +16,10 @@ a few rounding steps of the dtype before its time counts. Two kinds of launch ar
 * ``dkdv_split``: split mode's dK/dV kernel (no atomics), with the dQ kernel at its check config. The H200 run
   did not sweep it: with ``dq``'s winner it says what the deterministic backward costs at its best, and whether
   a backward without atomics can match the atomic one (the choice of dQ design).
+* ``capstone``: the capstone's own backward (kernels/triton/08_backward.py), its one main kernel, whose config
+  names the dK/dV tiles (BLOCK_M1 query rows × BLOCK_N1 keys) and the dQ tiles (BLOCK_M2 × BLOCK_N2) together
+  with one warp and stage count; its reference is its own check config (it sums in another order than lesson
+  07's kernels). No GPU has run this kind yet.
 
 Each result is one JSON line (stdout, and ``--out``): shape, kind, config, median ms, speed-up over the
 check config, backward TFLOP/s, the relative errors against the reference, and whether it agreed; a config the
@@ -63,10 +69,14 @@ class Shape:
 # The shapes of the H200 run: the leaderboard's, and a 128-wide causal one (where the dK/dV kernel's registers bind).
 SHAPES = {"leaderboard": Shape(1, 16, 16384, 64, True, torch.bfloat16),
           "d128_causal": Shape(4, 32, 4096, 128, True, torch.float16)}
-# kind: (dq mode, the kernel whose config is swept; the other kernels run their check configs)
-KINDS = {"dkdv": ("atomic", "dkdv_kernel"), "dq": ("split", "dq_kernel"), "dkdv_split": ("split", "dkdv_kernel")}
+# kind: (dq mode, the kernel whose config is swept; the other kernels run their check configs). "capstone" is no dQ
+# mode of lesson 07: it runs kernels/triton/08_backward.py instead.
+KINDS = {"dkdv": ("atomic", "dkdv_kernel"), "dq": ("split", "dq_kernel"), "dkdv_split": ("split", "dkdv_kernel"),
+         "capstone": ("capstone", "bwd_kernel")}
 
-Config = tuple[int, int, int, int]  # BLOCK_M, BLOCK_N, warps, stages
+Config = tuple[int, ...]  # BLOCK_M, BLOCK_N, warps, stages; the capstone's: BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, ...
+FIELDS = {"capstone": ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "warps", "stages")}
+"""The names of a config's numbers, where a kind's differ from ("BLOCK_M", "BLOCK_N", "warps", "stages")."""
 
 
 def grid(kind: str, head_dim: int) -> list[Config]:
@@ -76,6 +86,8 @@ def grid(kind: str, head_dim: int) -> list[Config]:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     if head_dim > 128:
         return []
+    if kind == "capstone":
+        return _capstone_grid(head_dim)
     dkdv = KINDS[kind][1] == "dkdv_kernel"
     if head_dim <= 64:
         tiles = ([(16, 64), (32, 64), (64, 64), (16, 128), (32, 128), (64, 128), (128, 64), (128, 128)] if dkdv
@@ -86,6 +98,16 @@ def grid(kind: str, head_dim: int) -> list[Config]:
                  else [(64, 32), (128, 32), (64, 64), (128, 64), (32, 64)])
         stages = (2, 3)
     return [(m, n, warps, s) for m, n in tiles for warps in (4, 8) for s in stages]
+
+
+def _capstone_grid(head_dim: int) -> list[Config]:
+    """The capstone backward's configs: dK/dV tiles × dQ tiles × 4 and 8 warps × stages (5 is the stage count Triton's
+    tutorial publishes for its own backward at D 64 on Hopper). The check config and the tuning list are in it."""
+    if head_dim <= 64:
+        dkdv, dq, stages = [(32, 64), (64, 64), (32, 128), (64, 128)], [(64, 32), (128, 32), (64, 64)], (2, 3, 5)
+    else:
+        dkdv, dq, stages = [(16, 64), (32, 32), (32, 64), (64, 64)], [(64, 32), (128, 32), (64, 64)], (2, 3)
+    return [(m1, n1, m2, n2, warps, s) for m1, n1 in dkdv for m2, n2 in dq for warps in (4, 8) for s in stages]
 
 
 def tolerance(dtype: torch.dtype) -> float:
@@ -110,8 +132,9 @@ def validate(got: Iterable[torch.Tensor], ref: Iterable[torch.Tensor], dtype: to
 
 
 def _triton_config(config: Config) -> Any:
-    m, n, warps, stages = config
-    return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
+    *blocks, warps, stages = config
+    names = ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2") if len(blocks) == 4 else ("BLOCK_M", "BLOCK_N")
+    return triton.Config(dict(zip(names, blocks, strict=True)), num_warps=warps, num_stages=stages)
 
 
 def inputs(shape: Shape, device: str, seed: int = 0) -> dict[str, Any]:
@@ -126,11 +149,15 @@ def inputs(shape: Shape, device: str, seed: int = 0) -> dict[str, Any]:
 
 
 def backward(args: dict[str, Any], kind: str, config: Config | None) -> tuple[torch.Tensor, ...]:
-    """One backward of lesson 07 in ``kind``'s mode, at the check configs (``config`` None) or with ``config``
-    for ``kind``'s kernel; never the autotuner, never a launch table."""
+    """One backward of lesson 07 in ``kind``'s mode (or the capstone's, kind "capstone"), at the check configs
+    (``config`` None) or with ``config`` for ``kind``'s kernel; never the autotuner, never a launch table."""
     mode, kernel = KINDS[kind]
     configs = None if config is None else {kernel: _triton_config(config)}
     with autotune(False):
+        if kind == "capstone":
+            return load_triton_module("triton/08_backward").attention_backward_bhnd(
+                args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], causal=args["causal"],
+                scale=args["scale"], configs=configs)
         return load_triton_module("triton/07_backward").attention_backward_bhnd(
             args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], causal=args["causal"],
             scale=args["scale"], dq_mode=mode, configs=configs)
@@ -140,18 +167,20 @@ def sweep(shapes: dict[str, Shape], kinds: Iterable[str], time_ms: Callable[[Cal
           device: str, configs: Callable[[str, int], list[Config]] = grid) -> Iterator[dict[str, Any]]:
     """One record per launch: the check config's first, then every config of ``configs(kind, head_dim)``.
     ``time_ms(fn)`` times a call (the median of many on a GPU); a config whose gradients disagree is not timed."""
-    check_config = load_triton_module("triton/07_backward").check_config
+    check_configs = {"07": load_triton_module("triton/07_backward").check_config,
+                     "08": load_triton_module("triton/08_backward").check_config}
     for name, shape in shapes.items():
         args = inputs(shape, device)
         for kind in kinds:
             reference = backward(args, kind, None)
             base = time_ms(lambda: backward(args, kind, None))
-            chosen = check_config(shape.head_dim, shape.dtype)[KINDS[kind][1]]
+            chosen = check_configs["08" if kind == "capstone" else "07"](shape.head_dim, shape.dtype)[KINDS[kind][1]]
             yield dict(shape=name, kind=kind, config="check_config", launch=_describe(chosen), ms=round(base, 4),
                        bwd_tflops=round(shape.backward_flops() / base / 1e9, 1))
             for config in configs(kind, shape.head_dim):
                 record: dict[str, Any] = dict(shape=name, kind=kind,
-                                              config=dict(zip(("BLOCK_M", "BLOCK_N", "warps", "stages"), config)))
+                                              config=dict(zip(FIELDS.get(kind, ("BLOCK_M", "BLOCK_N", "warps",
+                                                                                "stages")), config, strict=True)))
                 try:
                     ok, errors = validate(backward(args, kind, config), reference, shape.dtype)
                     record.update(agrees=ok, rel_err_vs_check_config=[f"{e:.1e}" for e in errors])
@@ -168,8 +197,8 @@ def sweep(shapes: dict[str, Shape], kinds: Iterable[str], time_ms: Callable[[Cal
 
 
 def _describe(config: Any) -> str:
-    return (f"BLOCK_M {config.kwargs['BLOCK_M']}, BLOCK_N {config.kwargs['BLOCK_N']}, "
-            f"{config.num_warps} warps, {config.num_stages} stages")
+    blocks = ", ".join(f"{k} {v}" for k, v in config.kwargs.items())
+    return f"{blocks}, {config.num_warps} warps, {config.num_stages} stages"
 
 
 def gpu_time_ms(reps: int) -> Callable[[Callable[[], Any]], float]:
@@ -186,7 +215,7 @@ def machine() -> dict[str, Any]:
                 torch=torch.__version__, cuda=torch.version.cuda, triton=triton.__version__)
 
 
-NO_GPU = ("sweep_backward times lesson 07's backward on an NVIDIA GPU with Triton compiling natively, and this "
+NO_GPU = ("sweep_backward times the backwards of lessons 07 and 08 on an NVIDIA GPU with Triton compiling natively, and this "
           "machine has none (or runs Triton's interpreter), so nothing was timed; `--list` shows the grid.")
 
 
@@ -194,7 +223,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m course.tools.sweep_backward", description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: dkdv (atomic mode's dK/dV kernel), dq "
-                   "(split mode's dQ kernel), dkdv_split (split mode's dK/dV kernel); default all three")
+                   "(split mode's dQ kernel), dkdv_split (split mode's dK/dV kernel), capstone (the capstone's own "
+                   "backward); default all four")
     p.add_argument("--reps", type=int, default=20, help="at least this many timed runs per config")
     p.add_argument("--out", type=Path, help="also append the JSON lines to this file")
     p.add_argument("--list", action="store_true", help="print the configs that would be timed, and stop")
@@ -213,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.list:
         for name, shape in shapes.items():
             for kind in a.kinds:
-                print(name, kind, " ".join("{}x{}/w{}/s{}".format(*c) for c in grid(kind, shape.head_dim)))
+                print(name, kind, " ".join("x".join(map(str, c[:-2])) + "/w{}/s{}".format(*c[-2:])
+                                           for c in grid(kind, shape.head_dim)))
         return 0
     if not torch.cuda.is_available() or tiers.triton_interpreted():
         print(NO_GPU)

@@ -58,8 +58,10 @@ class KernelExercise:
     Otherwise the course launches the learner's kernels with its own wrapper
     (:mod:`course.tracks.triton_answer`)."""
     wraps: tuple[str, ...] = ()
-    """Course kernel files a learner's wrapper calls (lesson 08 wraps lessons 06 and 07): the grader shows
-    them whole when it grades this lesson, where every other kernel file has its solutions removed."""
+    """Course kernel files a learner's wrapper calls (lesson 08 wraps lesson 06's forward, its own backward and
+    lesson 07's): the grader shows them whole when it grades this lesson, where every other kernel file has its
+    solutions removed. A wrapped file may be given code and no exercise of its own (``08_backward.py``, read in
+    lesson 08's appendix): the one kind of kernel file that answers no row."""
     options: dict[str, Any] = field(default_factory=dict)
     """What the track's launcher needs beyond the names (bound keyword arguments for Triton; launch
     layout, tile sizes, input dtype and the ``#define``s it reads for CUDA and Metal)."""
@@ -140,7 +142,7 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES),
     _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES),
     _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
-       wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py")),
+       wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py", "kernels/triton/08_backward.py")),
     _t("08", "fp8_forward", "fp8_attention"),
 )
 

@@ -63,8 +63,10 @@ from course.tracks.triton import autotune
 KERNEL_DIR = KERNELS / "triton"
 _PROGRAM = "course.tracks.triton_compile"  # what the processes started here run (python -m): this module
 
-# Every Triton file but the capstone's operator (it only calls the kernels of 06 and 07, which are compiled here).
-LESSONS = tuple(dict.fromkeys(row.stem for row in table.exercises(track="triton") if not row.learner_wrapper))
+# Every Triton file but the capstone's operator (it only calls the kernels it wraps, which are compiled here), and
+# the given kernel files the operator wraps that are no exercise of their own (08_backward, the capstone's backward).
+LESSONS = tuple(dict.fromkeys([row.stem for row in table.exercises(track="triton") if not row.learner_wrapper]
+                              + [Path(path).stem for row in table.exercises(track="triton") for path in row.wraps]))
 TARGETS = GATE_TARGETS
 SMEM_LIMIT = OPT_IN_SHARED
 DTYPES = ("fp16", "bf16", "fp32")
@@ -379,7 +381,7 @@ def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
         return
     for dtype in m.dtypes:
         for d in m.head_dims_for(dtype):
-            if lesson in ("06_causal", "07_backward"):
+            if lesson in ("06_causal", "07_backward", "08_backward"):
                 for causal in m.causal:
                     yield {"dtype": dtype, "head_dim": d, "causal": causal}
                     if m.gqa:
@@ -440,6 +442,11 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
         module.fp8_attention_forward(rand(2, 4, N_CTX, d), kv, kv, rand(2, 4, dt=torch.float32),
                                      rand(2, heads, dt=torch.float32), rand(2, heads, dt=torch.float32),
                                      case["causal"], 0.125)
+    elif lesson == "08_backward" and case.get("variant") == "GQA":
+        q4, kv = rand(2, 4, N_CTX, d), rand(2, 2, N_CTX, d)  # 4 query heads over 2 K/V heads, as lesson 08 calls it
+        module.attention_backward_bhnd(q4, kv, kv, q4, rand(2, 4, N_CTX, dt=torch.float32), q4, causal=case["causal"])
+    elif lesson == "08_backward":
+        module.attention_backward(q, q, q, q, rand(2, N_CTX, dt=torch.float32), q, causal=case["causal"])
     elif lesson == "07_backward":
         lse = rand(2, N_CTX, dt=torch.float32)
         for mode in ("atomic", "split"):
@@ -641,7 +648,9 @@ def _dtype_of(args: tuple) -> str:
 
 
 def _config_label(named: dict) -> str:
-    blocks = [f"{k.replace('BLOCK_', '')}{v}" for k, v in named.items() if k.startswith("BLOCK") and k != "BLOCK_D"]
+    names = {k: k.replace("BLOCK_", "") for k in named if k.startswith("BLOCK") and k != "BLOCK_D"}
+    # "M64 N32"; a numbered block (the capstone's backward: BLOCK_M1 ... BLOCK_N2) reads "M1=32 N1=64 ..."
+    blocks = [f"{name}={named[k]}" if name[-1].isdigit() else f"{name}{named[k]}" for k, name in names.items()]
     return " ".join(blocks + [f"w{named.get('num_warps', 4)}", f"s{named.get('num_stages', 3)}"])
 
 

@@ -25,9 +25,9 @@
 #
 # Grouped-query attention, bottom-right causal alignment (query i sees key j iff j <= i + Nk - Nq), rows that
 # see no key (LSE = -inf: their gradients are 0) and any lengths and head dims from 1 to 256 work as in
-# lesson 07. Its speed has not been measured on a GPU yet: `python -m course.tools.bench_triton --backward`
-# times it beside lesson 07's backward, and `python -m course.tools.sweep_backward --kernel capstone` sweeps
-# its launch configs.
+# lesson 07. Its speed has not been measured on a GPU yet: `python -m course.tools.bench_triton --leaderboard
+# --kernels 08b7` times the capstone with it beside the capstone with lesson 07's backward, and
+# `python -m course.tools.sweep_backward --kinds capstone` sweeps its launch configs.
 #
 # Validate this file against the float64 oracle on this machine (and time it on a GPU):
 #     python -m course run 08 --track triton
@@ -264,16 +264,16 @@ def tuning_configs(head_dim: int, dtype: torch.dtype) -> list[triton.Config]:
     with 4 warps and 5 stages: that is the second 16-bit candidate at D <= 64. The others are lesson 07's
     H200 sweep winners for its dK/dV kernel (64 × 64 at D 64; 32 × 64 at D 128) with the dQ tiles that sweep
     found best. fp32 and 256-wide heads keep the check config alone (every larger fp32 tile of lesson 07
-    spilled). ``python -m course.tools.sweep_backward --kernel capstone`` times more; every config here runs
+    spilled). ``python -m course.tools.sweep_backward --kinds capstone`` times more; every config here runs
     on the interpreter in tests/tracks/test_triton_capstone_backward.py.
     """
     check = check_config(head_dim, dtype)["bwd_kernel"]
     if dtype == torch.float32 or head_dim > 128:
         more: list[triton.Config] = []
     elif head_dim > 64:
-        more = [_cfg(32, 64, 64, 32, 4, 2), _cfg(32, 64, 64, 64, 8, 2)]
+        more = [_cfg(32, 64, 64, 32, 8, 2), _cfg(32, 64, 64, 64, 8, 2)]
     else:
-        more = [_cfg(32, 128, 128, 32, 4, 5), _cfg(64, 64, 64, 64, 4, 2), _cfg(32, 64, 64, 32, 4, 3)]
+        more = [_cfg(32, 128, 128, 32, 4, 5), _cfg(32, 128, 128, 32, 8, 3), _cfg(64, 64, 64, 64, 8, 2)]
     return [check] + [c for c in more if c != check]
 
 

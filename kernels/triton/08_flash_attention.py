@@ -1,8 +1,8 @@
 # Lesson 08 · the capstone: FlashAttention as a PyTorch operator.
 #
 # Lessons 03-07 built the pieces; this file adds no new kernel. It wraps lesson 06's forward
-# (tiles, tensor cores, causal stage split) and lesson 07's backward (recompute P from the saved
-# LSE) in a torch.autograd.Function, so that
+# (tiles, tensor cores, causal stage split) and the capstone's own backward (08_backward.py: lesson 07's
+# recomputation of P from the saved LSE, restructured for speed) in a torch.autograd.Function, so that
 #
 #     o = flash_attention(q, k, v, causal=True)
 #     o.sum().backward()
@@ -15,20 +15,24 @@
 # Grouped-query attention (GQA) is supported: K and V may have fewer heads than Q (H_kv divides H);
 # query head h reads key/value head h // (H / H_kv). Both kernels map the heads themselves, so K and V
 # are never copied per query head: lesson 06's forward reads K/V head h // group for query head h, and
-# lesson 07's backward does the same in its dQ kernel, while its dK/dV kernel runs one program per block
-# of keys of a K/V head that loops over the group's query heads, so the sum over the group that the
-# gradient of a shared head needs is made in registers. The backward allocates nothing of the size of K
-# expanded to H heads (tests/tracks/test_triton_capstone_gqa.py checks every allocation).
+# the backward does the same in its dQ programs, while its dK/dV programs (one per block of keys of a K/V
+# head) loop over the group's query heads, so the sum over the group that the gradient of a shared head
+# needs is made in registers. The backward allocates nothing of the size of K expanded to H heads
+# (tests/tracks/test_triton_capstone_gqa.py checks every allocation).
+#
+# The backward (kernels/triton/08_backward.py, given code the appendix of lesson 08 walks through) is
+# lesson 07's algorithm in one launch without atomics: dQ is summed in registers by programs that own its
+# rows, so the gradients are the same bits on every run, and deterministic=True costs the backward nothing.
+# Lesson 07's backward stays as it was; course.tools.bench_triton times the two side by side.
 #
 # Launch configurations: three ways, none of them timed at call time except the benchmark's.
-#  - A check (course.check) runs the check configs of lessons 06 and 07, on every tier.
-#  - A direct call, such as a model calling flash_attention, runs the launch tables of lessons 06 and 07
-#    (LAUNCH_TABLE): for a GPU family the course has measured, the configs its benchmark found fastest, by
-#    head dim, causal or not and sequence length; elsewhere, and on the interpreter, the check configs.
-#    The first table is sm_90's, from an H200 (docs/benchmarks.md).
+#  - A check (course.check) runs the check configs of lesson 06 and of 08_backward.py, on every tier.
+#  - A direct call, such as a model calling flash_attention, runs the launch tables (LAUNCH_TABLE): for a
+#    GPU family the course has measured, the configs its benchmark found fastest, by head dim, causal or
+#    not and sequence length; elsewhere, and on the interpreter, the check configs. Lesson 06's table has
+#    sm_90's row, from an H200 (docs/benchmarks.md); the backward's table is empty until a GPU times it.
 #  - A benchmark (inside course.tracks.triton.autotune()) autotunes the forward and, from what forward
-#    recorded on ctx, the backward's dK/dV and dQ kernels over lesson 07's tuning_configs; the atomic dQ
-#    buffer is zeroed before every timed trial, so a trial's dQ never adds into the result.
+#    recorded on ctx, the backward kernel over 08_backward.py's tuning_configs.
 # The appendix of lesson 08's notebook tells which measurement chose which config.
 #
 # What you write: the two methods of FlashAttention (what forward saves, and how backward uses it).
@@ -50,7 +54,7 @@ from course.tracks.triton import autotune, autotuning
 from course.kernels import load_triton_module
 
 _forward = load_triton_module("triton/06_causal")
-_backward = load_triton_module("triton/07_backward")
+_backward = load_triton_module("triton/08_backward")  # the capstone's own backward (given code)
 
 
 class FlashAttention(torch.autograd.Function):
@@ -64,9 +68,7 @@ class FlashAttention(torch.autograd.Function):
         # BEGIN SOLUTION
         o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)
         ctx.save_for_backward(q, k, v, o, lse)  # one float per query row besides the inputs and O: never P
-        ctx.causal, ctx.scale = causal, scale
-        # On a GPU the atomic dQ is the faster backward; the split dQ kernel gives the same bits every run.
-        ctx.dq_mode = "split" if deterministic else "atomic"
+        ctx.causal, ctx.scale = causal, scale  # the backward has no atomics: deterministic needs nothing more here
         # END SOLUTION
         return o
 
@@ -75,10 +77,10 @@ class FlashAttention(torch.autograd.Function):
         with autotune(ctx.autotune):  # the forward's choice: check configs, launch table, or autotuning
             # BEGIN SOLUTION
             q, k, v, o, lse = ctx.saved_tensors
-            # K and V go in with their own H_kv heads: lesson 07's kernels map query head h to K/V head
+            # K and V go in with their own H_kv heads: the kernels map query head h to K/V head
             # h // (H / H_kv) and return dK, dV already summed over each group.
             dq, dk, dv = _backward.attention_backward_bhnd(q, k, v, o, lse, do.contiguous(), causal=ctx.causal,
-                                                           scale=ctx.scale, dq_mode=ctx.dq_mode)
+                                                           scale=ctx.scale,)
             return dq, dk, dv, None, None, None
             # END SOLUTION
 
@@ -91,19 +93,19 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """softmax(scale · Q Kᵀ [+ causal mask]) V for (B, H, N, D) tensors, differentiable.
 
     ``causal`` masks bottom-right aligned (query i sees key j ≤ i + Nk − Nq); ``scale`` defaults to
-    1/sqrt(D); ``deterministic`` picks the atomic-free backward and fixed tile sizes. K and V may have
-    fewer heads than Q. On a GPU family in the launch tables of lessons 06 and 07 (sm_90 so far) a call
-    launches the configs measured fastest there; elsewhere the check configs.
+    1/sqrt(D); ``deterministic`` picks fixed tile sizes (the backward is atomic-free either way). K and V
+    may have fewer heads than Q. On a GPU family in the launch tables (lesson 06's forward: sm_90 so far)
+    a call launches the configs measured fastest there; elsewhere the check configs.
     """
     _check_inputs(q, k, v, scale)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if deterministic:
-        # Same inputs, same bits, in any process. Besides the atomic-free dQ that needs one launch
-        # configuration: an autotuner (a benchmark runs one) picks the tiles by timing, and two runs whose
-        # timings differ pick different BLOCK_N, which sums the keys in another order: other low bits in O
-        # and the LSE, and so in every gradient. Here lessons 06 and 07 run fixed configs, never timed: a
-        # check's configs inside a check, else the launch table's row for this GPU (the same on every run
-        # of one GPU model and Triton version). The backward follows the forward's choice, kept on ctx.
+        # Same inputs, same bits, in any process. The backward sums dQ without atomics anyway; what remains
+        # is one launch configuration: an autotuner (a benchmark runs one) picks the tiles by timing, and two
+        # runs whose timings differ pick different BLOCK_N, which sums the keys in another order: other low
+        # bits in O and the LSE, and so in every gradient. Here the forward and the backward run fixed configs,
+        # never timed: a check's configs inside a check, else the launch table's row for this GPU (the same on
+        # every run of one GPU model and Triton version). The backward follows the forward's choice, on ctx.
         fixed = False if autotuning() is False else None
         with autotune(fixed):
             return FlashAttention.apply(q, k, v, bool(causal), scale, True)
