@@ -253,6 +253,13 @@ _FAMILIES = {
     # A row that sees no key gives O = 0: with the diagonal masked (causal, one key per row), or with the
     # last key left out of a row of one key.
     "zeros": _ZEROS,
+    # The same where the case names the mistake: no row sees a key before its diagonal one (causal), or the
+    # case has one key (the loop over the keys stopped one early).
+    "zeros_causal": "the output is all zeros: is it ever written (or returned)? No row of this case sees a key "
+                    "before its diagonal one, so a causal mask that hides the diagonal gives zeros too: query i sees keys "
+                    "j ≤ i + (Nk − Nq), the key j = i + (Nk − Nq) included.",
+    "zeros_one_key": "the output is all zeros: is it ever written (or returned)? This case has one key, so a loop over "
+                     "the keys (or key tiles) that stops one early never reaches it.",
     # exp() of unshifted scores overflows; shifted by a max larger than the scores (the unscaled ones), it
     # underflows. Where every score is in the hundreds both give NaN in the same rows.
     "range": "exp() leaves float32's range on these rows, whose scores reach the hundreds: subtract the row max of "
@@ -352,8 +359,9 @@ def _attention_guesses(q, k, v, case: Case, scale: float, explicit_scale: bool) 
     s = _masked(raw, mask, scale)
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    zeros = "zeros_causal" if case.causal else "zeros_one_key" if n_k == 1 else "zeros"
     guesses = [
-        _Guess(_ZEROS, lambda: torch.zeros_like(s[..., :1]) * v64[..., :1, :], "zeros"),
+        _Guess(_ZEROS, lambda: torch.zeros_like(s[..., :1]) * v64[..., :1, :], zeros),
         _Guess("every row is the plain mean of V (over the keys it sees): the weights are uniform, so the scores "
                "never reached the softmax.", lambda: _attend(_masked(raw, mask, 0.0), v64)),
         _Guess("O is acc / l: the division by the row sum l is missing.", lambda: torch.exp(s - m) @ v64),
@@ -381,14 +389,15 @@ def _attention_guesses(q, k, v, case: Case, scale: float, explicit_scale: bool) 
             _Guess("the causal mask is aligned top-left (j ≤ i); here it is aligned bottom-right: query i sees keys "
                    "j ≤ i + (Nk − Nq).", lambda: _attend(_masked(raw, masks["top-left"], scale), v64)),
             _Guess("the causal mask hides the diagonal: query i sees keys j ≤ i + (Nk − Nq), the key j = i + (Nk − Nq) "
-                   "included.", lambda: _attend(_masked(raw, masks["diagonal-hidden"], scale), v64), "zeros"),
+                   "included.", lambda: _attend(_masked(raw, masks["diagonal-hidden"], scale), v64), zeros),
         ]
     else:
         guesses.append(_Guess("this is causal attention; this exercise wants every query to see every key.",
                               lambda: _attend(_masked(raw, masks["causal"], scale), v64)))
-    if n_k > 1:
+    if n_k > 1 or not case.causal:
         guesses.append(_Guess("the last key is left out: the loop over the keys stops one early.",
-                              lambda: _attend(s[..., :-1], v64[..., :-1, :]), "zeros"))
+                              lambda: _attend(s[..., :-1], v64[..., :-1, :]) if n_k > 1 else
+                              torch.zeros_like(s[..., :1]) * v64[..., :1, :], zeros))
     if not case.causal:
         for pad in _paddings(n_k):
             def padded(pad=pad):
@@ -519,7 +528,7 @@ def _pattern_hint(out: torch.Tensor, q, k, v, case: Case, scale: float, ref: tor
         fitting = [(g, o) for g, o in fitting if not _close(o, hard, max(tol, _rel(case.dtype) * float(o.abs().max())))]
     fitting = [g for g, _ in fitting]
     if not bool(out.any()):  # nothing at all came back: only the mistakes that leave O exactly 0 explain that
-        fitting = [g for g in fitting if g.family == "zeros"]
+        fitting = [g for g in fitting if g.family.startswith("zeros")]
     # Row i holding row i ± 1's answer, and a transposed square output, are read off the output itself.
     shifted = out.shape[-2] > 1 and (_close(out[..., 1:, :], ref[..., :-1, :], tol)
                                      or _close(out[..., :-1, :], ref[..., 1:, :], tol))

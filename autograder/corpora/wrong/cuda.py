@@ -178,7 +178,8 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
        measured=True),
     # -- 06: causal ------------------------------------------------------------------------------
     _W("06.causal_cuda", "mask-off-by-one", "masks j < i + offset instead of j <= i + offset, hiding the diagonal key",
-       (("min(keys, row + offset - j0 + 1)", "min(keys, row + offset - j0)"),), hint="the output is all zeros"),
+       (("min(keys, row + offset - j0 + 1)", "min(keys, row + offset - j0)"),),
+       hint="a causal mask that hides the diagonal gives zeros too"),
     _W("06.causal_cuda", "top-left-alignment", "aligns the mask top-left (offset 0), wrong whenever Nq != Nk",
        (("const int offset = n_k - n_q;  // query i sees keys j <= i + offset", "const int offset = 0;"),),
        hint="aligned top-left"),
@@ -204,6 +205,23 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
     _W("06.causal_cuda", "only-last-tile-masked", "masks only the last tile, though the diagonal crosses several",
        (("const bool diagonal = causal && j0 + block_n - 1 > row0 + offset;",
          "const bool diagonal = causal && t == n_tiles - 1;"),), hint=None),
+    # kv_end one key off at either end: named from the bytes of K on every probe (course.grading.measured).
+    _W("06.causal_cuda", "kv-end-one-short", "ends the tile loop at the last key the block's last row sees, not one "
+       "past it",
+       (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + block_m + offset - 1)"),),
+       expect=r"on Nq=48, Nk=65(.|\n)*the block for query rows 0–31 never loaded key tile 3 \(keys 48–63\)",
+       hint="the tile loop stops one key early", measured=True),
+    _W("06.causal_cuda", "kv-end-one-long", "ends the tile loop one key past the end of the block's last row",
+       (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + block_m + offset + 1)"),),
+       expect=r"the block for query rows 0–31 loaded key tile 2 \(keys 32–47\), which lies wholly in the future",
+       hint="the tile loop runs one key too far", measured=True),
+    _W("06.causal_cuda", "missing-rescale", "rescales l but not the spilled accumulator when the max grows",
+       (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n", ""),), hint="acc is not rescaled"),
+    _W("06.causal_cuda", "no-syncwarp-after-spill", "scales the spilled accumulator rows before the warp's store is "
+       "known to be complete (other lanes stored those elements)",
+       (("        __syncwarp();\n        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n",
+         "        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n"),), expect=r"data race", checked=True,
+       hint=None),
     _W("06.causal_cuda", "empty-rows-unwritten", "skips the O write of a row that sees no key, as if O started as zeros",
        (("        for (int c = half_id; c < d; c += 2) out[c] = o_row[c] * inv_l;",
          "        if (l > 0.0f) for (int c = half_id; c < d; c += 2) out[c] = o_row[c] * inv_l;"),), expect="NaN",

@@ -59,6 +59,16 @@ WRONG_KERNELS: list[WrongCudaKernel] = [
        hint="hides the diagonal key"),
     _W("atomic", "dq-exchanged", "writes its share of dQ with atomicExch, over the other blocks' shares",
        (("atomicAdd(&dq[", "atomicExch(&dq["),), expect=r"wrong dq", hint=None),
+    # A plain store where several blocks add into the same dQ rows: each overwrites the others' shares.
+    _W("atomic", "dq-plain-store", "stores its share of dQ with a plain = although other blocks add to the same rows",
+       (("atomicAdd(&dq[(size_t)(m0 + i) * d + c], share * scale);", "dq[(size_t)(m0 + i) * d + c] = share * scale;"),),
+       expect=RACE, hint=None),
+    _W("atomic", "dq-row-guard-one-past", "guards the dQ rows with m0 + i <= n_q, one row past the end",
+       (("if (m0 + i < n_q) {\n                float share", "if (m0 + i <= n_q) {\n                float share"),),
+       expect=r"out-of-bounds atomic of `dq`", hint=None),
+    _W("atomic", "share-one-key-short", "sums its share of dQ over all but the last key of its block",
+       (("for (int j = 0; j < BLOCK_N; ++j) share +=", "for (int j = 0; j < BLOCK_N - 1; ++j) share +="),),
+       expect=r"wrong dq(.|\n)*dk and dv are right", hint=None),
     # -- 07_backward_split.cu -----------------------------------------------------------------------
     _W("split", "missing-syncthreads", "backward_dq reads the dS tile before every thread has written its part",
        (("        __syncthreads();  // backward_dq: the dS tile is complete\n", ""),), expect=RACE, hint=None),

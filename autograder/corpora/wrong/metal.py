@@ -144,6 +144,36 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
          "device const float* vf = (device const float*)(v + ulong(key) * d4 + i % d4);\n"
          "        v_dst[i] = in ? float4(vf[0], vf[1], vf[2], vf[3]) : float4(0.0f);")),
        expect=r"reads K from device memory 4 bytes per thread per load", hint=None, measured=True),
+    # A bound one off at either end, and the barrier moved after the prefetch.
+    _W("04.double_buffer_metal", "loop-one-tile-short", "ends the tile loop one tile early: the last tile is "
+       "loaded into its buffer but never computed on",
+       (("for (uint t = 0; t < n_tiles; ++t) {", "for (uint t = 0; t + 1 < n_tiles; ++t) {"),),
+       hint="a loop over the keys (or key tiles) that stops one early never reaches it"),
+    _W("04.double_buffer_metal", "keys-one-short", "counts one key less in every tile (keys = kv_end - j0 - 1)",
+       (("const uint keys = min(block_n, kv_end - j0);", "const uint keys = min(block_n, kv_end - j0 - 1);"),),
+       hint="a loop over the keys (or key tiles) that stops one early never reaches it"),
+    _W("04.double_buffer_metal", "keys-one-past", "counts one key past the end of the last tile, a zero padding key",
+       (("const uint keys = min(block_n, kv_end - j0);", "const uint keys = min(block_n, kv_end - j0 + 1);"),),
+       hint="one key past the last counts in the softmax"),
+    _W("04.double_buffer_metal", "mask-off-by-one", "masks j < i + offset in both passes over the tile, hiding the "
+       "diagonal key",
+       (("            const bool visible = !causal || int(j0 + jj) <= int(row) + offset;\n"
+         "            if (visible) tile_max",
+         "            const bool visible = !causal || int(j0 + jj) < int(row) + offset;\n"
+         "            if (visible) tile_max"),
+        ("            const bool visible = !causal || int(j0 + jj) <= int(row) + offset;\n"
+         "            if (!visible) continue;",
+         "            const bool visible = !causal || int(j0 + jj) < int(row) + offset;\n"
+         "            if (!visible) continue;")),
+       hint="the causal mask hides the diagonal"),
+    _W("04.double_buffer_metal", "barrier-after-prefetch", "waits at the barrier after copying the next tile "
+       "instead of before: the copy overwrites the buffer other threads still read",
+       (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // tile t is complete; tile t - 1 is no longer "
+         "read\n", ""),
+        ("        threadgroup const float4* k_tile = k_tiles + cur * buffer_size;\n",
+         "        threadgroup_barrier(mem_flags::mem_threadgroup);\n"
+         "        threadgroup const float4* k_tile = k_tiles + cur * buffer_size;\n")),
+       expect=RACE, checked=True, hint=None),
     # -- 05: simdgroup matrices -------------------------------------------------------------------
     _W("05.mma_metal", "accumulator-not-rescaled", "spills and reloads the O accumulator but never scales it",
        (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n", ""),), hint="acc is not rescaled"),
@@ -194,6 +224,22 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        expect=r"your kernel ran 48 matrix operations \(simdgroup_multiply_accumulate, all at line \d+ of "
               r"05_mma\.metal\) where the two products of the 6 key tiles its blocks visit need at least 96 .*one "
               r"product's worth", hint=None, measured=True),
+    # kv_end one key off at either end: named from the bytes of K on every probe (course.grading.measured).
+    _W("05.mma_metal", "kv-end-one-short", "ends the tile loop at the last key the threadgroup's last row sees, "
+       "not one past it",
+       (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m) + offset - 1, 0, int(n_k))"),),
+       expect=r"on Nq=32, Nk=49(.|\n)*the block for query rows 0–15 never loaded key tile 2 \(keys 32–47\)",
+       hint="the tile loop stops one key early", measured=True),
+    _W("05.mma_metal", "kv-end-one-long", "ends the tile loop one key past the end of the threadgroup's last row",
+       (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m) + offset + 1, 0, int(n_k))"),),
+       expect=r"the block for query rows 0–15 loaded key tile 1 \(keys 16–31\), which lies wholly in the future",
+       hint="the tile loop runs one key too far", measured=True),
+    _W("05.mma_metal", "no-barrier-before-reload", "reloads the scaled accumulator into the simdgroup matrices "
+       "without a simdgroup_barrier after the lanes scaled its rows",
+       (("o_row[c] *= correction;\n        simdgroup_barrier(mem_flags::mem_threadgroup);\n",
+         "o_row[c] *= correction;\n"),), expect=RACE, checked=True, hint=None),
+    _W("05.mma_metal", "sum-not-rescaled", "rescales the accumulator but not the row sum l",
+       (("l = l * correction + sum;", "l = l + sum;"),), hint="l is not rescaled"),
     # -- 07: backward, atomic dQ ------------------------------------------------------------------
     _W("07.backward_atomic_metal", "non-atomic-dq", "adds its share into dQ with a plain += although other "
        "threadgroups add to the same rows",
@@ -213,6 +259,20 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("07.backward_atomic_metal", "cas-stores-instead-of-adds", "swaps in its share instead of old + share, "
        "so the last threadgroup's share wins",
        (("as_type<uint>(as_type<float>(expected) + value)", "as_type<uint>(value)"),), expect=r"wrong dq", hint=None),
+    _W("07.backward_atomic_metal", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
+       (("p = exp(s * scale - lse_s[i]);  // P rebuilt from the saved LSE", "p = exp(s * scale);"),),
+       expect=r"wrong d[qkv]", hint="without the saved LSE"),
+    # A plain store where several threadgroups add into the same dQ rows: each overwrites the others' shares.
+    _W("07.backward_atomic_metal", "dq-plain-store", "stores its share of dQ with a plain = although other "
+       "threadgroups add to the same rows",
+       (("atomic_add_float(dq + ulong(i0 + i) * d + c, share * scale);", "dq[ulong(i0 + i) * d + c] = share * scale;"),),
+       expect=RACE, checked=True, hint=None),
+    _W("07.backward_atomic_metal", "dq-row-guard-one-past", "guards the dQ rows with i0 + i > n_q, one row past the end",
+       (("if (i0 + i >= n_q) continue;", "if (i0 + i > n_q) continue;"),),
+       expect=r"out-of-bounds atomic of `dq`", checked=True, hint=None),
+    _W("07.backward_atomic_metal", "share-one-key-short", "sums its share of dQ over all but the last key of its block",
+       (("for (uint j = 0; j < BLOCK_N; ++j) share +=", "for (uint j = 0; j + 1 < BLOCK_N; ++j) share +="),),
+       expect=r"wrong dq(.|\n)*dk and dv are right", hint=None),
     # -- 07: backward, split ----------------------------------------------------------------------
     _W("07.backward_split_metal", "dq-missing-barrier", "backward_dq reads the dS tile before every thread wrote its part",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // backward_dq: the dS tile is complete\n", ""),),
@@ -233,6 +293,14 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("07.backward_split_metal", "p-without-lse", "rebuilds P as exp(S) without subtracting the saved LSE",
        (("const float p = exp(s * scale - lse_s[i]);", "const float p = exp(s * scale);"),),
        expect=r"wrong d[qkv]|NaN|Inf", hint="without the saved LSE"),
+    _W("07.backward_split_metal", "dq-no-barrier-before-load", "backward_dq loads the next key tile while other "
+       "threads still read the last one",
+       (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // backward_dq: the previous key tile is no longer "
+         "read\n", ""),), expect=RACE, checked=True, hint=None),
+    _W("07.backward_split_metal", "dq-tile-one-key-short", "adds dS K over all but the last key of each tile",
+       (("for (uint j = 0; j < BLOCK_N; ++j) {\n            const float ds = ds_tile",
+         "for (uint j = 0; j + 1 < BLOCK_N; ++j) {\n            const float ds = ds_tile"),),
+       expect=r"wrong dq(.|\n)*dk and dv are right", hint=None),
     # backward_dq's key loop bound one key off at either end, named from the bytes of K it loads on every probe.
     _W("07.backward_split_metal", "dq-end-one-short", "ends backward_dq's key loop at the last key the threadgroup's "
        "last row sees, not one past it",

@@ -962,17 +962,20 @@ SIMT_RUNTIME_FN void simdgroup_load(simdgroup_matrix<T, Cols, Rows> &d, const T 
                                     ulong elements_per_row = Cols, ulong2 matrix_origin = ulong2(0),
                                     bool transpose_matrix = false, SIMT_HERE) {
     const void *pc = SIMT_PC();
-    simt_impl::matrix_sync(pc, "simdgroup_load", simt_file, simt_line);
     int row, col;
     simt_impl::matrix_coord(simt::current().lane, row, col);
-    for (int j = 0; j < 2; ++j) {
-        const T *p = src + simt_impl::matrix_offset(row, col + j, elements_per_row, matrix_origin.x,
-                                                    matrix_origin.y, transpose_matrix);
+    const T *p[2];
+    for (int j = 0; j < 2; ++j)
+        p[j] = src + simt_impl::matrix_offset(row, col + j, elements_per_row, matrix_origin.x, matrix_origin.y,
+                                              transpose_matrix);
 #if SIMT_CHECKED
-        simt::note_access(p, sizeof(T), simt::kRead, pc);
+    // For racecheck, a load reads when the lane reaches it, before the lanes meet: the meeting orders no
+    // memory, so what other lanes wrote just before needs a simdgroup_barrier in between (as for CUDA's
+    // wmma::load_matrix_sync). A store is recorded after the meeting (below).
+    for (int j = 0; j < 2; ++j) simt::note_access(p[j], sizeof(T), simt::kRead, pc);
 #endif
-        d.elements.s[j] = *p;
-    }
+    simt_impl::matrix_sync(pc, "simdgroup_load", simt_file, simt_line);
+    for (int j = 0; j < 2; ++j) d.elements.s[j] = *p[j];
 }
 
 template <class T, int Cols, int Rows>
