@@ -98,22 +98,28 @@ def step_ladders(step: str) -> dict[str, str]:
     return {track: exercise_for(step, track) for track in table.TRACKS if exercise_for(step, track) in LADDERS}
 
 
-def _studied(candidates: dict[str, str], step: str) -> list[str]:
-    """The tracks among ``candidates`` the learner studies, as far as this kernel has seen: those the step's last
-    check found written (or, before it, the latest check of any step), else those whose hints were climbed."""
+def _studied(candidates: dict[str, str], step: str) -> tuple[list[str], str]:
+    """The tracks among ``candidates`` the learner studies, as far as this kernel has seen, and how it was told:
+    those the step's last check found written (or, before it, the latest check of any step: "written"), else those
+    whose hints were climbed ("hints")."""
     for touched in (TOUCHED.get(step), TOUCHED.get("")):
         if touched:
-            return [t for t in candidates if t in touched]
-    return [t for t in candidates if any(e.endswith(f"_{t}") for e in _climbed)]
+            return [t for t in candidates if t in touched], "written"
+    return [t for t in candidates if any(e.endswith(f"_{t}") for e in _climbed)], "hints"
 
 
-def _choices(step: str, candidates: dict[str, str], studied: list[str], call: str) -> str:
+def _choices(step: str, candidates: dict[str, str], studied: list[str], call: str, how: str = "written") -> str:
     """One sentence: the step is in several tracks, why the learner's is not known, and the name of each."""
     shown = {track: exercise for track, exercise in candidates.items() if not studied or track in studied}
     names = [f"course.{call}({exercise!r}) for {table.TRACK_NAMES[track]}" for track, exercise in shown.items()]
     listed = ", ".join(names[:-1]) + f" or {names[-1]}"
-    why = ("you have written it in more than one" if studied else
-           "this notebook has not yet seen which one you study (its check cell has not run on your code)")
+    if not studied:
+        why = "this notebook has not yet seen which one you study (its check cell has not run on your code)"
+    elif how == "written":
+        why = "you have written it in more than one"
+    else:
+        why = ("this notebook has not yet seen your code for it, and you have asked for hints in more than one "
+               "track")
     return f"{step} is a step of {len(candidates)} tracks and {why}: ask for yours, {listed}."
 
 
@@ -128,10 +134,10 @@ def _resolve(name: str, call: str) -> tuple[str | None, str]:
     if len(candidates) == 1:
         (track, exercise), = candidates.items()
         return exercise, f" (the {table.TRACK_NAMES[track]} track's, the only one with this step)"
-    studied = _studied(candidates, name)
+    studied, how = _studied(candidates, name)
     if len(studied) == 1:
         return candidates[studied[0]], f" (your track, {table.TRACK_NAMES[studied[0]]})"
-    return None, _choices(name, candidates, studied, call)
+    return None, _choices(name, candidates, studied, call, how)
 
 
 def hint(exercise: str, rung: int | None = None) -> None:

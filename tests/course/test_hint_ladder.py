@@ -120,6 +120,16 @@ def test_without_a_check_the_track_of_the_hints_climbed_so_far_is_the_learners(c
     assert "for 04.double_buffer_metal (your track, Metal): " in shown, shown
 
 
+def test_hints_climbed_in_two_tracks_are_not_taken_for_code_written_in_both(capsys, fresh_track_record):
+    """Before any check has seen the learner's code, hints asked in two tracks leave the track open: the sentence
+    says so (hints asked), not that the step was written in both."""
+    _printed(capsys, lambda: course.hint("07.backward_atomic_metal"))
+    _printed(capsys, lambda: course.hint("07.backward_atomic_cuda"))
+    shown = _printed(capsys, lambda: course.hint("07.backward_split"))
+    assert "asked for hints in more than one track" in shown and "written" not in shown, shown
+    assert "course.hint('07.backward_split_metal')" in shown and "course.hint('07.backward_split_cuda')" in shown
+
+
 def test_reveal_says_it_is_revealing(capsys):
     shown = _printed(capsys, lambda: course.reveal("01.attention_torch"))
     assert shown.startswith("REVEALING the reference solution of 01.attention_torch")
