@@ -241,12 +241,24 @@ def _cfg(m1: int, n1: int, m2: int, n2: int, warps: int, stages: int) -> triton.
 
 
 def check_config(head_dim: int, dtype: torch.dtype) -> dict[str, triton.Config]:
-    """The fixed launches a check, the interpreter and the compile gate run (and, until a GPU measures better
-    ones, a direct call: LAUNCH_TABLE is empty). Lesson 07's check tiles, which compile for sm_90 without
-    spilling there: the dK/dV part 32 query rows × 64 keys up to D = 64, 32 × 32 up to 128, 16 × 32 beyond;
+    """The fixed launches a check, the interpreter and the compile gate run, and (until a GPU measures better
+    ones: LAUNCH_TABLE is empty) what a direct call runs, unmeasured. Lesson 07's check tiles, which in this
+    kernel too compile for sm_90 without spilling in 16-bit (below): the dK/dV part 32 query rows × 64 keys up to
+    D = 64, 32 × 32 up to 128, 16 × 32 beyond;
     the dQ part 64 query rows × 32 keys (32 × 16 past D = 128); fp32 tiles half as many keys (dK/dV) and
     rows (dQ). One kernel holds both parts, so both share one warp count.
-    Registers and spills of every one of them: see REGISTERS below."""
+
+    Registers per thread / spilled bytes of bwd_kernel on sm_90, from the compile gate with Triton 3.9.0
+    (``python -m course.tools.triton_gate --lessons 08_backward --targets 90 --gqa``, and ``--head-dims 256``),
+    without and with grouped heads (4 query heads over 2 K/V heads), causal:
+        fp16 D 64 (32 × 64 | 64 × 32, 4 warps, 3 stages): 213 / 0, GQA 252 / 0 (bf16 the same)
+        fp16 D 128 (32 × 32 | 64 × 32, 4 warps, 2 stages): 210 / 0, GQA 249 / 0
+        fp16 D 256 (16 × 32 | 32 × 16, 8 warps, 1 stage): 162 / 0, GQA 158 / 0
+        fp32 D 64 (32 × 32 | 32 × 32, 4 warps, 3 stages): 32 / 28840, GQA 255 / 1576 (the exact "ieee" fp32 dots
+            run on the FMA units; lesson 07's fp32 check config spills too: fp32 is for checks, not for speed)
+        fp32 D 256 (16 × 16 | 16 × 16, 8 warps, 1 stage): 120 / 0, GQA 108 / 0
+    The grouped heads' loop over the group costs the dK/dV part about 40 registers at D 64. bwd_preprocess_kernel:
+    32 registers (fp32: 56 at D 64, 168 at D 256), no spills."""
     half = 2 if dtype == torch.float32 else 1
     if head_dim <= 64:
         main = _cfg(32, 64 // half, 64 // half, 32, 4, 3)
@@ -266,6 +278,19 @@ def tuning_configs(head_dim: int, dtype: torch.dtype) -> list[triton.Config]:
     found best. fp32 and 256-wide heads keep the check config alone (every larger fp32 tile of lesson 07
     spilled). ``python -m course.tools.sweep_backward --kinds capstone`` times more; every config here runs
     on the interpreter in tests/tracks/test_triton_capstone_backward.py.
+
+    Registers / spilled bytes on sm_90 (Triton 3.9.0, ``python -m course.tools.triton_gate --lessons 08_backward
+    --dtypes fp16 --head-dims 64 128 --targets 90 --causal true --gqa --tuned --all-configs``), fp16, causal,
+    without | with grouped heads; "dK/dV | dQ" tiles:
+        D 64: 32 × 128 | 128 × 32, 4 warps, 5 stages (the tutorial's): 255 / 240 | 255 / 1056
+              32 × 128 | 128 × 32, 8 warps, 3 stages: 207 / 0 | 226 / 0
+              64 × 64 | 64 × 64, 8 warps, 2 stages: 209 / 0 | 255 / 160
+        D 128: 32 × 64 | 64 × 32, 8 warps, 2 stages: 216 / 0 | 254 / 0
+               32 × 64 | 64 × 64, 8 warps, 2 stages: 210 / 0 | 244 / 0
+    The tutorial's tiles with 4 warps spill in this kernel, which holds both parts (the compiler allocates for
+    the larger), so the same tiles with 8 warps are a candidate too. With 4 warps, 64 × 64 | 64 × 64 at D 64
+    reached 255 registers (312 bytes spilled with grouped heads) and 32 × 64 | 64 × 32 at D 128 spilled 216 bytes:
+    those went to 8 warps. Which one is fastest only a GPU can say.
     """
     check = check_config(head_dim, dtype)["bwd_kernel"]
     if dtype == torch.float32 or head_dim > 128:
@@ -276,11 +301,6 @@ def tuning_configs(head_dim: int, dtype: torch.dtype) -> list[triton.Config]:
         more = [_cfg(32, 128, 128, 32, 4, 5), _cfg(32, 128, 128, 32, 8, 3), _cfg(64, 64, 64, 64, 8, 2)]
     return [check] + [c for c in more if c != check]
 
-
-# Registers per thread and spilled bytes, sm_90 (Triton 3.9's ptxas, `python -m course.tools.triton_gate
-# --lessons 08_backward --all-configs --tuned --gqa`), bwd_kernel: filled in from the gate's report.
-REGISTERS = """
-"""
 
 # The launch table: a direct call on a GPU family listed here would launch measured configs instead of the
 # check config. No GPU has timed this kernel yet, so it is empty: a direct call runs check_config everywhere.
