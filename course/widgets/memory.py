@@ -253,7 +253,7 @@ def pipeline_explorer():
         axes[1].set_xlim(0, one.makespan * 1.02)
         handles = [Patch(facecolor=colours[0], label="buffer 0"), Patch(facecolor=colours[1], label="buffer 1"),
                    Patch(facecolor="none", edgecolor="grey", hatch="//", label="stall"),
-                   Line2D([], [], color="crimson", ls="--", label="__syncthreads()")]
+                   Line2D([], [], color="crimson", ls="--", label="barrier (__syncthreads, threadgroup_barrier)")]
         fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=4)
         show(fig, rect=(0, 0.07, 1, 1))
         bound = ("the loads set the pace (memory-bound)" if load > compute else

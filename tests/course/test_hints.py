@@ -295,6 +295,20 @@ def test_attention_mistakes_get_their_hints(wrong, words):
     assert words in hint_of(attention_failure(wrong))
 
 
+def test_all_zeros_names_the_mistake_the_case_points_to():
+    """An all-zero output where the case itself names a likely cause: in a causal case whose rows see no key before
+    their diagonal one (Nq = Nk = 1), the mask hiding the diagonal; in a case of one key, a key loop stopping one
+    early. Elsewhere, and for a causal case with keys before the diagonal, the plain question."""
+    zeros = lambda q, k, v, causal=False, scale=None: torch.zeros_like(q)  # noqa: E731
+    causal_one = hint_of(attention_failure(zeros, [Case(1, 1, 16, causal=True, seed=5)]))
+    assert causal_one.startswith("the output is all zeros") and "a causal mask that hides the diagonal" in causal_one
+    one_key = hint_of(attention_failure(zeros, [Case(1, 1, 16, seed=5)]))
+    assert one_key.startswith("the output is all zeros") and "stops one early never reaches it" in one_key
+    for case in (Case(17, 17, 16, causal=True, seed=5), Case(3, 5, 16, seed=5)):
+        plain = hint_of(attention_failure(zeros, [case]))
+        assert plain.startswith("the output is all zeros") and "diagonal" not in plain and "one key" not in plain
+
+
 def test_a_scaled_wrong_answer_gets_no_hint():
     """Nothing known gives 1.3 × the right answer: the check says what is wrong and guesses nothing."""
     message = attention_failure(lambda q, k, v, scale=None: 1.3 * torch.softmax(q @ k.T / 4, -1) @ v)
