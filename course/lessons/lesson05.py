@@ -146,5 +146,9 @@ LADDERS = (
            "2r and 2r + 1 scale row r by alpha_r, `__syncwarp()`, `load_matrix_sync` it back."),
     ladder("05.mma_metal", *_SPILL,
            "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
-           "it by correction_r, simdgroup_barrier, simdgroup_load it back."),
+           "it by correction_r, simdgroup_barrier, simdgroup_load it back.",
+           "Causal, your other region, `causal_block_skip`: the tile loop visits keys 0 .. `kv_end` − 1, so `kv_end` "
+           "is one past the last key the threadgroup's last row sees, `row0 + block_m + offset`, clamped to 0 .. "
+           "`n_k`. In `softmax_and_rescale`, only a tile the diagonal crosses needs the mask: there row `row` keeps "
+           "column c while `j0 + c <= row + offset`."),
 )

@@ -232,8 +232,10 @@ LADDERS = (
     ladder("06.causal_cuda",
            "Three kinds of key tiles for a block: skipped (never loaded), full (no mask), diagonal (mask). Where does "
            "the tile loop have to stop?",
-           "Stop after the last key the block's last row sees: row0 + block_m - 1 + n_k - n_q. Mask keys j > i + "
-           "n_k - n_q on tiles the diagonal crosses.",
+           "The loop visits keys 0 .. `kv_end` − 1, so `kv_end` is one past the last key the block's last row sees: "
+           "that row, `row0 + block_m - 1`, sees keys up to `row0 + block_m - 1 + offset`, so "
+           "`kv_end = row0 + block_m + offset`, clamped to 0 .. `n_k` (`offset` is `n_k - n_q`). Mask keys "
+           "j > i + `offset` on tiles the diagonal crosses.",
            "Rows that have seen no key yet keep m = -inf: subtract `m_use = m_new == NEG_INF ? 0.0f : m_new` instead "
            "of m_new, so every p and alpha is exp(-inf) = 0 and the row stays empty (the epilogue, given, writes "
            "O = 0 and LSE = -inf for a row that never saw a key)."),

@@ -478,3 +478,17 @@ def test_the_split_backward_ladders_describe_the_kernels_the_learner_writes(exer
     assert not any("One program per block of keys" in rung for rung in rungs)
     if "backward_dkdv" not in written:
         assert "`backward_dkdv`, given" in first, first
+
+
+@pytest.mark.parametrize("exercise, region", [("06.causal_cuda", "tile_range"), ("05.mma_metal", "causal_block_skip")])
+def test_a_causal_steps_ladder_gives_the_tile_loops_bound_as_one_past_the_last_key(exercise, region):
+    """A learner walking Metal 05 and CUDA C 06 found no rung on the loop's bound (Metal 05's ladder was the spill
+    alone), and one (CUDA C 06's) that gave the last key seen as the formula to stop at, which typed as the bound is
+    the bound one key short. Some rung now gives the bound as one past that key, with its expression."""
+    from course.tracks import table
+    text = (REPO / table.exercise(exercise).kernel_file).read_text()
+    assert f"region: {region}" in text and "kv_end" in text
+    rungs = LADDERS[exercise].rungs
+    assert any("`kv_end`" in rung and "one past the last key" in rung and "row0 + block_m + offset" in rung
+               for rung in rungs), rungs
+    assert not any("row0 + block_m - 1 + n_k - n_q" in prose_of(rung) for rung in rungs), rungs
