@@ -455,8 +455,11 @@ LADDERS = (
            "complete. Causal, `n_end` is one past the last key the block's last row sees: "
            "`min(m0 + BLOCK_M + diag, n_k)`; key tiles past it are wholly in the future and never loaded."),
     ladder("07.backward_atomic_metal", *_BACKWARD,
-           "In Metal there is no float atomicAdd on device memory in every version: add with a compare-and-swap loop "
-           "on the float's bits (atomic_compare_exchange_weak_explicit) until no other thread got in between."),
+           "In Metal, `dq_atomic_add`: after the barrier (the dS tile is complete) the thread of element (i, c) of the "
+           "query tile sums its share Σ_j dS_ij K_jc over the threadgroup's BLOCK_N keys and adds share · scale into "
+           "`dq` with the given `atomic_add_float` (a compare-and-swap loop on the float's bits: Metal has no float "
+           "atomic add on device memory in every version), skipping rows past `n_q`. A plain += or = from two "
+           "threadgroups loses one of the updates."),
     ladder("07.backward_split_metal",
            "You write two loops, each in a kernel that is the only writer of what it sums: `backward_dq`, one "
            "threadgroup per BLOCK_M query rows walking over the key tiles for dQ, and the query loop of "

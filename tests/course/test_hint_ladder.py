@@ -492,3 +492,15 @@ def test_a_causal_steps_ladder_gives_the_tile_loops_bound_as_one_past_the_last_k
     assert any("`kv_end`" in rung and "one past the last key" in rung and "row0 + block_m + offset" in rung
                for rung in rungs), rungs
     assert not any("row0 + block_m - 1 + n_k - n_q" in prose_of(rung) for rung in rungs), rungs
+
+
+def test_the_metal_atomic_ladder_asks_for_the_dq_add_not_the_given_compare_and_swap():
+    """The walkthrough's finding: the Metal atomic step's last rung told the learner to write the compare-and-swap
+    loop, which the file gives (atomic_add_float, below the given-code line); the learner writes the dQ add."""
+    from course.tracks import table
+    text = (REPO / table.exercise("07.backward_atomic_metal").kernel_file).read_text()
+    given = text.split("given code below this line", 1)[1]
+    assert "static void atomic_add_float(" in given
+    last = LADDERS["07.backward_atomic_metal"].rungs[-1]
+    assert "`dq_atomic_add`" in last and "the given `atomic_add_float`" in last, last
+    assert "atomic_compare_exchange_weak_explicit" not in last, last
