@@ -1,4 +1,4 @@
-"""Lesson 08's grouped-query attention without copies: lesson 07's backward maps the heads itself.
+"""Lesson 08's grouped-query attention without copies: the capstone's backward maps the heads itself.
 
 Query head h reads K/V head h // (H / H_kv); the dK/dV program of a K/V head loops over the query heads of
 its group and sums their shares in registers, the dQ program reads K and V through the mapping. Two claims:
