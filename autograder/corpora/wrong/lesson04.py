@@ -7,13 +7,15 @@ _LOOP = "for start_n in tl.range(0, N_CTX_K, BLOCK_N):"
 
 # Three mistakes per track from the kernel-file corpora, each also tested there against the file; CUDA C and Metal
 # add a lazy kernel (right numbers, the lesson's technique missing), which only the measurement catches; Triton's is
-# a loop the compiler does not pipeline (read off the compiled kernel).
+# a loop the compiler does not pipeline (read off the compiled kernel). Metal's last three are a learner's near misses
+# in the ping-pong loop: one tile short, the diagonal masked, the barrier after the prefetch instead of before.
 _KERNEL_ENTRIES = {
     "triton": ("04.double_buffer_triton", ("missing-rescale", "descriptor-padding-unmasked", "lse-in-base-2",
                                            "single-stage")),
     "cuda": ("04.double_buffer_cuda", ("prefetch-into-current", "no-barrier", "missing-rescale", "single-buffer")),
     "metal": ("04.double_buffer_metal", ("no-barrier", "prefetch-into-current", "float4-at-float-offset",
-                                         "scalar-loads")),
+                                         "scalar-loads", "loop-one-tile-short", "mask-off-by-one",
+                                         "barrier-after-prefetch")),
 }
 
 WRONG = [

@@ -6,10 +6,12 @@ _A = "07_backward_pass"
 
 # Three mistakes per track from the kernel-file corpora, each also tested there against the file. The
 # Triton file holds both designs in one cell: its picks break both (a mistake of one design only, such as
-# a non-atomic dQ, would leave the other step passing beside a wrong CUDA or Metal answer in one pack).
+# a non-atomic dQ, would leave the other step passing beside a wrong CUDA or Metal answer in one pack). The atomic
+# steps add a fourth, a plain store where several blocks add into the same dQ rows (a race on dq).
 _ATOMIC = {
-    "cuda": ("07.backward_atomic_cuda", ("non-atomic-dq", "missing-delta", "mask-off-by-one")),
-    "metal": ("07.backward_atomic_metal", ("non-atomic-dq", "missing-delta", "cas-stores-instead-of-adds")),
+    "cuda": ("07.backward_atomic_cuda", ("non-atomic-dq", "missing-delta", "mask-off-by-one", "dq-plain-store")),
+    "metal": ("07.backward_atomic_metal", ("non-atomic-dq", "missing-delta", "cas-stores-instead-of-adds",
+                                           "dq-plain-store")),
 }
 # Each split design also gets the atomic dQ of the other design (the walkthrough's mistake): its NaN rows must say
 # that the block owns its rows and dq is not zeroed.
