@@ -6,18 +6,22 @@
 #                               .venv-triton-low: this .venv's packages with the lowest supported Triton instead
 #                               (tests/tools/test_triton_lowest.py runs the Triton track's tests there)
 #   scripts/setup.sh --slides   the course plus Playwright, which prints the slides' PDFs with a Chromium if one is installed
+#   scripts/setup.sh --hub      the --grade setup plus JupyterHub and its proxy (configurable-http-proxy, from npm, into
+#                               .venv/node_modules), for a class on a hub (`make hub`); --test installs them too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
 want_grade=0
 want_slides=0
+want_hub=0
 case "${1:-}" in
-    --test) want_test=1 ;;
+    --test) want_test=1; want_hub=1 ;;
     --grade) want_grade=1 ;;
+    --hub) want_grade=1; want_hub=1 ;;
     --slides) want_slides=1 ;;
     "") ;;
-    *) echo "setup: unknown option ${1}; use --grade, --test or --slides" >&2; exit 2 ;;
+    *) echo "setup: unknown option ${1}; use --grade, --hub, --test or --slides" >&2; exit 2 ;;
 esac
 
 PYTHON=${PYTHON:-python3}
@@ -62,6 +66,7 @@ fi
 # Re-install the course only when its dependency list changed.
 extras=""
 [ $want_test = 1 ] && extras="[dev]"
+[ $want_test = 0 ] && [ $want_hub = 1 ] && extras="[hub]"
 stamp=".venv/.course-installed${extras}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing the course package${extras:+ with test tools}"
@@ -103,6 +108,20 @@ if [ $want_slides = 1 ] && ! $PY -c 'import playwright' 2>/dev/null; then
     spec=$($PY -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"] if d.startswith("playwright")))')
     echo "setup: installing $spec (prints the slides' PDFs)"
     $PY -m pip install --quiet --disable-pip-version-check "$spec"
+fi
+
+# JupyterHub's proxy, for `make hub` and the hub's test: configurable-http-proxy from npm, into .venv/node_modules
+# (never a global install). Without Node.js the hub cannot start; the hub's test says so and is skipped.
+chp="configurable-http-proxy@4.6.3"
+if [ $want_hub = 1 ] && [ "$(cat .venv/node_modules/.course-proxy 2>/dev/null)" != "$chp" ]; then
+    if command -v npm >/dev/null 2>&1; then
+        echo "setup: installing $chp (JupyterHub's proxy) into .venv/node_modules"
+        npm install --prefix .venv --no-save --no-audit --no-fund --silent "$chp" </dev/null
+        echo "$chp" > .venv/node_modules/.course-proxy
+    else
+        echo "setup: no npm here; JupyterHub's proxy ($chp) needs Node.js and npm (Debian: apt-get install nodejs npm)," \
+             "so \`make hub\` cannot start and the hub's test is skipped." >&2
+    fi
 fi
 
 # System packages, only those missing and only for who needs them: g++ and binutils for everyone

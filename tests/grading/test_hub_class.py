@@ -1,0 +1,310 @@
+"""A class on a real JupyterHub, in Chromium: the hub `make hub` starts (``hub/jupyterhub_config.py``, its proxy from
+npm, one single-user JupyterLab per user) with nbgrader's exchange, driven through a whole cycle of lesson 01.
+
+- The instructor releases lesson 01 (``python -m course.tools.hub release``, the command their hub terminal runs).
+- alice and bob log in, fetch it from the Assignments tab, type their answers into the notebook and submit. alice
+  submits twice: first the notebook as fetched, then her answers. bob gets the scale wrong (1/d for 1/sqrt(d)) and
+  then, outside the notebook, turns that exercise's test cells into ``pass`` and raises their points: checksums
+  broken. carol never logs in.
+- The hub restarts between the submissions and their collection.
+- The instructor collects, grades with the course's grader (the sandbox and the re-check) and returns the feedback;
+  their grade table in the browser shows alice 9 / 9, bob 6 / 9 (exactly the points of the exercise he got wrong:
+  the test cells are restored) and carol missing, with no score.
+- alice and bob fetch their feedback from the Assignments tab and see their score and why each point was lost.
+
+Every process the test starts is stopped; the test checks none is left.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from browser_support import REPO, free_port, launch_chromium, report_on_failure, require_browser_tools
+from grading_support import processes_left_behind
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ASSIGNMENT = "01_naive_attention"
+PASSWORD = "flash-attention"  # hub/users.toml
+WRONG_SCALE = "scale = 1.0 / q.shape[-1]"
+T0 = time.monotonic()
+
+
+def _require_hub() -> None:
+    problems = []
+    try:
+        import jupyterhub  # noqa: F401
+    except ImportError:
+        problems.append("JupyterHub is not installed")
+    from course.tools.hub import HubError, proxy_command
+    try:
+        proxy_command()
+    except HubError as exc:
+        problems.append(str(exc))
+    import shutil
+    if shutil.which("bwrap") is None:
+        problems.append("bubblewrap (the grading sandbox) is not installed")
+    if problems:
+        message = "; ".join(problems) + ": run `scripts/setup.sh --test`."
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+class Hub:
+    """`python -m course.tools.hub serve` on a free port, with its state in a temporary folder."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = state / "hub.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90.0) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "course.tools.hub", "serve", "--state", str(self.state),
+                                          "--port", str(self.port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{self.url}/hub/health", timeout=5):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError(f"the hub did not start; its log ends:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM, as Ctrl-C would: the hub stops every user's server and its proxy before it exits."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def instructor(self, *args: str) -> str:
+        """One of the instructor's steps, as a terminal of their hub server runs it."""
+        env = dict(os.environ, COURSE_HUB_STATE=str(self.state), HOME=str(self.state / "home" / "instructor"))
+        done = subprocess.run([sys.executable, "-m", "course.tools.hub", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=400)
+        assert done.returncode == 0, f"hub {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+
+def _answers(wrong_scale: bool) -> dict[str, str]:
+    """The instructor's solution cells as a student types them (no solution markers); optionally one plausible slip."""
+    source = nbformat.read(REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    answers = {}
+    for cell in source.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            lines = [line for line in cell.source.splitlines() if "BEGIN SOLUTION" not in line
+                     and "END SOLUTION" not in line]
+            answers[meta["grade_id"]] = "\n".join(lines)
+    right = "scale = 1.0 / math.sqrt(q.shape[-1])"
+    assert right in answers["attention_torch"]
+    if wrong_scale:
+        answers["attention_torch"] = answers["attention_torch"].replace(right, WRONG_SCALE)
+    return answers
+
+
+def _log_in(page, hub: Hub, user: str) -> None:
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("input[type=submit], button[type=submit]")
+
+
+def _wait_for_lab(page, user: str) -> None:
+    page.wait_for_url(f"**/user/{user}/lab**", timeout=150_000)
+    print(f"  {user}'s lab is up at {time.monotonic() - T0:.0f} s")
+    page.locator("#jp-MainMenu").wait_for(timeout=90_000)
+
+
+def _lab(page, hub: Hub, user: str, path: str = "") -> None:
+    """The user's lab in a fresh workspace (no tab of an earlier visit restored), opening `path` if given."""
+    tree = f"/tree/{path}" if path else ""
+    page.goto(f"{hub.url}/user/{user}/lab/workspaces/{secrets.token_hex(4)}{tree}?reset")
+    page.locator("#jp-MainMenu").wait_for(timeout=90_000)
+
+
+def _assignments(page, hub: Hub, user: str):
+    """The Assignments tab (Nbgrader > Assignment List) of the user's lab, with its lists loaded."""
+    _lab(page, hub, user)
+    page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+    items = page.locator(".lm-Menu-content .lm-Menu-item:visible .lm-Menu-itemLabel")
+    assert items.all_inner_texts() == ["Assignment List"], "a student's Nbgrader menu offers only the Assignments tab"
+    items.first.click()
+    page.locator("#released_assignments_list").wait_for(timeout=60_000)
+    page.locator("#released_assignments_list_loading").wait_for(state="hidden", timeout=60_000)
+    return page
+
+
+def _row(panel, listing: str):
+    return panel.locator(f"#{listing} .list_item:not(.nested_list_item)", has_text=ASSIGNMENT)
+
+
+def _type_answers(page, hub: Hub, user: str, answers: dict[str, str]) -> None:
+    """Open the fetched notebook in the lab and type each answer over the cell's stub, then save."""
+    path = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"
+    _lab(page, hub, user, path)
+    notebook = page.locator(".jp-NotebookPanel .jp-Notebook").first
+    notebook.wait_for(timeout=90_000)
+    nb = nbformat.read(hub.state / "home" / user / path, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            editor = notebook.locator(".jp-Cell").nth(index).locator(".cm-content")
+            editor.click()
+            page.keyboard.press("Control+a")
+            page.keyboard.insert_text(answers[grade_id])
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # saved: the file on the server holds what was typed
+        saved = nbformat.read(hub.state / "home" / user / path, as_version=4)
+        if all(c.source == answers[c.metadata["nbgrader"]["grade_id"]] for c in saved.cells
+               if c.metadata.get("nbgrader", {}).get("grade_id") in answers):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{user}'s answers did not reach the saved notebook")
+
+
+def _submissions(panel):
+    """The times of the submissions the Assignments tab lists (one row each, under the assignment)."""
+    return panel.locator("#submitted_assignments_list").get_by_text(
+        re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? UTC$"))
+
+
+def _submit(panel) -> None:
+    before = _submissions(panel).count()
+    _row(panel, "fetched_assignments_list").get_by_role("button", name="Submit").click()
+    _submissions(panel).nth(before).wait_for(timeout=60_000)
+
+
+def _tamper(notebook: Path) -> None:
+    """Outside the notebook: the failing exercise's test cells emptied to `pass`, their points raised."""
+    nb = nbformat.read(notebook, as_version=4)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade_id", "").startswith("test_attention_torch"):
+            cell.source = "pass"
+            meta["points"] = 50
+    nbformat.write(nb, notebook)
+
+
+def _feedback(page, panel, hub: Hub) -> str:
+    """Fetch Feedback, then the page it links to, as the student reads it."""
+    _row(panel, "submitted_assignments_list").get_by_role("button", name="Fetch Feedback").click()
+    link = panel.locator("#submitted_assignments_list").get_by_role("link", name="view feedback")
+    link.wait_for(timeout=60_000)
+    href = link.get_attribute("href")
+    page.goto(href if href.startswith("http") else f"{hub.url}{href}")
+    return page.locator("body").inner_text()
+
+
+def test_a_class_on_the_hub(tmp_path: Path) -> None:
+    chromium = require_browser_tools()
+    _require_hub()
+    from playwright.sync_api import sync_playwright
+
+    global T0
+    T0 = time.monotonic()
+    hub = Hub(tmp_path)
+    answers = {"alice": _answers(wrong_scale=False), "bob": _answers(wrong_scale=True)}
+    with processes_left_behind() as left:
+        try:
+            with sync_playwright() as pw:
+                browser = launch_chromium(pw, chromium)
+                pages = {user: browser.new_context().new_page() for user in ("instructor", "alice", "bob")}
+                with report_on_failure(pages["alice"], hub, "hub_alice.png"), \
+                        report_on_failure(pages["bob"], hub, "hub_bob.png"), \
+                        report_on_failure(pages["instructor"], hub, "hub_instructor.png"):
+                    hub.start()
+                    started = time.monotonic()
+                    print(f"  hub up at {started - T0:.0f} s")
+                    assert "released 01_naive_attention" in hub.instructor("release", ASSIGNMENT)
+
+                    for user in ("alice", "bob"):  # both servers start at once
+                        _log_in(pages[user], hub, user)
+                    for user in ("alice", "bob"):
+                        _wait_for_lab(pages[user], user)
+                    panels = {}
+                    for user in ("alice", "bob"):
+                        panel = panels[user] = _assignments(pages[user], hub, user)
+                        _row(panel, "released_assignments_list").get_by_role("button", name="Fetch").click()
+                        _row(panel, "fetched_assignments_list").wait_for(timeout=60_000)
+                    # alice hands in the notebook as fetched, then her answers: the second submission counts.
+                    _submit(panels["alice"])
+                    for user in ("alice", "bob"):
+                        _type_answers(pages[user], hub, user, answers[user])
+                    _tamper(hub.state / "home" / "bob" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+                    for user in ("alice", "bob"):
+                        panel = panels[user] = _assignments(pages[user], hub, user)
+                        _submit(panel)
+                    assert _submissions(panels["alice"]).count() == 2 and _submissions(panels["bob"]).count() == 1
+
+                    # A student's lab has no instructor tools; the instructor's has the formgrader.
+                    assert pages["alice"].goto(f"{hub.url}/user/alice/formgrader").status == 404
+
+                    print(f"  submitted at {time.monotonic() - T0:.0f} s")
+                    hub.stop()  # the hub restarts between submission and collection
+                    hub.start()
+                    print(f"  hub restarted at {time.monotonic() - T0:.0f} s")
+
+                    assert "from 2 students: alice, bob" in hub.instructor("collect", ASSIGNMENT)
+                    hub.instructor("grade", ASSIGNMENT, "--jobs", "2")
+                    print(f"  graded at {time.monotonic() - T0:.0f} s")
+                    assert "to alice, bob" in hub.instructor("feedback", ASSIGNMENT)
+
+                    teacher = pages["instructor"]
+                    _log_in(teacher, hub, "instructor")
+                    _wait_for_lab(teacher, "instructor")
+                    formgrader = teacher.goto(f"{hub.url}/user/instructor/formgrader")
+                    assert formgrader.status == 200 and "Manage Assignments" in teacher.locator("body").inner_text()
+                    teacher.goto(f"{hub.url}/user/instructor/files/grades/{ASSIGNMENT}.html")
+                    table = {row.get_attribute("data-student"): (row.locator(".score").inner_text().strip(),
+                                                                  row.locator(".status").inner_text().strip())
+                             for row in teacher.locator("tr[data-student]").all()}
+                    assert list(table) == ["alice", "bob", "carol"], table
+                    assert table["alice"][0] == "9 / 9" and table["alice"][1].startswith("graded"), table
+                    assert table["bob"][0] == "6 / 9" and table["bob"][1].startswith("graded"), table
+                    assert table["carol"] == ("", "missing: nothing handed in"), table
+
+                    seen = {}
+                    for user in ("alice", "bob"):  # their servers stopped with the hub: logging in starts them again
+                        pages[user].goto(f"{hub.url}/hub/spawn")
+                        _wait_for_lab(pages[user], user)
+                        seen[user] = _feedback(pages[user], _assignments(pages[user], hub, user), hub)
+                    cycle = time.monotonic() - started
+                    print(f"\nhub class cycle (release to both feedback pages read, with one hub restart): {cycle:.0f} s")
+
+                    assert re.search(r"Score: 9\.0 / 9\.0", seen["alice"]), seen["alice"][:2000]
+                    assert re.search(r"Score: 6\.0 / 9\.0", seen["bob"]), seen["bob"][:2000]
+                    for name, points in (("test_attention_torch", "0.0 / 2.0"), ("test_attention_torch_hidden",
+                                                                                  "0.0 / 1.0")):
+                        assert re.search(rf"{name}\s*\(Score: {re.escape(points)}\)", seen["bob"]), seen["bob"][:3000]
+                    assert "01.attention_torch" in seen["bob"]
+                    assert "Traceback" not in seen["bob"].split("01.attention_torch")[0]
+                browser.close()
+        finally:
+            hub.stop()
+    assert not left, f"processes the hub test started are still running: {left}"
