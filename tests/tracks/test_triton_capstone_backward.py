@@ -16,6 +16,7 @@ import pytest
 import torch
 from triton.runtime.autotuner import Autotuner
 
+from course import tiers
 from course.grading.budget import attention_budget, plain_attention
 from course.kernels import kernel_path, load_triton_module
 from course.reference import attention, attention_backward
@@ -209,3 +210,25 @@ def test_a_moved_stage_boundary_loses(name, tmp_path: Path):
     args, oracle, plain = _case(45, 70, 16, F16, causal=causal, seed=12)
     ratios = _ratios(module.attention_backward_bhnd(*args, causal=causal), oracle, plain, F16)
     assert max(ratios.values()) > 1, (name, ratios)
+
+
+def test_the_graders_provenance_check_takes_this_backward_first_and_names_it():
+    """course.lessons.capstone.KernelAnswers recomputes the gradients with this backward (the solution's) first and
+    still accepts lesson 07's designs; one unit in the last place off is refused, naming this file."""
+    from course.errors import CheckFailed
+    from course.lessons import lesson08
+    from course.lessons.capstone import DQ_MODES, KernelAnswers
+    assert DQ_MODES == ("capstone", "atomic", "split")
+    (q, k, v, _, _, do), _, _ = _case(20, 33, 16, F32, heads=4, kv_heads=2, seed=13)
+    own = KernelAnswers(q, k, v, True, None)
+    ours = load_triton_module("triton/08_backward").attention_backward_bhnd(q, k, v, own.o, own.lse, do, causal=True)
+    assert all(torch.equal(a, b) for a, b in zip(ours, own.gradients(do, "capstone")))
+    text = "q (1, 4, 20, 16), k (1, 2, 33, 16)"
+    lesson08._from_the_kernels("08.flash_attention_triton", text, (own.o, *ours), own, do)
+    lesson08._from_the_kernels("08.flash_attention_triton", text, (own.o, *own.gradients(do, "split")), own, do)
+    if not tiers.triton_interpreted():
+        return  # on a GPU a last bit of dK is within the comparison's few units in the last place
+    nudged = (own.o, ours[0], torch.nextafter(ours[1], torch.full_like(ours[1], float("inf"))), ours[2])
+    with pytest.raises(CheckFailed, match=r"the gradients dk are not what the capstone's backward "
+                                          r"\(kernels/triton/08_backward\.py\) gives"):
+        lesson08._from_the_kernels("08.flash_attention_triton", text, nudged, own, do)
