@@ -666,9 +666,11 @@ def _plain_rebuild_grads(q, k, v, o, lse, do, causal: bool, scale: float) -> tup
 
 
 def gradients_with(q, k, v, o, lse, do, mask, p_scale: float, grad_scale: float, *, use_lse: bool = True,
-                delta: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   delta: bool = True, dq_keys: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The FlashAttention backward in float64 from the given O and LSE, with the choices a mistake changes:
-    the mask, the scale inside P and on dQ/dK, P rebuilt without the LSE, Δ left out."""
+    the mask, the scale inside P and on dQ/dK, P rebuilt without the LSE, Δ left out, the keys dQ sums over
+    (``dq_keys``, 1 for a key that counts)."""
     q64, k64, v64, o64, do64 = (t.detach().to("cpu", torch.float64) for t in (q, k, v, o, do))
     s = _masked(q64 @ k64.transpose(-1, -2), mask, p_scale)
     if use_lse:
@@ -680,7 +682,8 @@ def gradients_with(q, k, v, o, lse, do, mask, p_scale: float, grad_scale: float,
     dp = do64 @ v64.transpose(-1, -2)
     d_row = (do64 * o64).sum(dim=-1, keepdim=True) if delta else 0.0
     ds = p * (dp - d_row)
-    return grad_scale * ds @ k64, grad_scale * ds.transpose(-1, -2) @ q64, dv
+    ds_q = ds if dq_keys is None else ds * dq_keys.to(torch.float64)
+    return grad_scale * ds_q @ k64, grad_scale * ds.transpose(-1, -2) @ q64, dv
 
 
 def _backward_hint(result, wanted, args, case: Case, scale: float, wrong: list[str], tols: dict[str, float]
@@ -719,6 +722,13 @@ def _backward_hint(result, wanted, args, case: Case, scale: float, wrong: list[s
                 "over the blocks that feed it)?",
                 triple(*(torch.zeros_like(g) if n == name else g for n, g in zip(("dq", "dk", "dv"), right))))
          for name in ("dq", "dk", "dv")]
+    # dQ summed over one key less in every block of keys (a loop over the block's keys that stops one early).
+    for block in BLOCKS:
+        if 1 < block < case.n_k:
+            dropped = torch.arange(case.n_k) % block == block - 1
+            guesses.append(_Guess("dQ leaves out one key of every block of keys, its last: the sum of dS_ij K_j over the "
+                                  "block's keys stops one early (j < BLOCK_N − 1 where j < BLOCK_N is meant).",
+                                  recomputed(dq_keys=~dropped)))
     if case.causal:
         guesses += [
             _Guess("the backward runs without the causal mask the forward used.", recomputed(mask=None)),

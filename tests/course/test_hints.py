@@ -478,11 +478,24 @@ def without_delta(q, k, v, o, lse, do, causal=False, scale=None):
     return scale * ds @ k, scale * ds.T @ q, p.T @ do
 
 
+def dq_one_key_short(q, k, v, o, lse, do, causal=False, scale=None, block=16):
+    """dQ of a kernel whose sum over each block of keys stops one key early (j < BLOCK_N - 1)."""
+    s = (q @ k.T) * scale
+    if causal:
+        s = s.masked_fill(~course.reference.causal_mask(*s.shape), float("-inf"))
+    p = torch.where(torch.isfinite(lse[:, None]), torch.exp(s - lse[:, None]), torch.zeros_like(s))
+    ds = p * (do @ v.T - (do * o).sum(-1, keepdim=True))
+    keep = (torch.arange(k.shape[0]) % block != block - 1).to(ds.dtype)
+    return scale * (ds * keep) @ k
+
+
 @pytest.mark.parametrize("wrong, words", [
     (without_delta, "the Δ term is missing"),
     (lambda *a, **kw: (backward(*a, **kw)[0] / kw["scale"],) + backward(*a, **kw)[1:], "dQ is missing the factor scale"),
     (lambda *a, **kw: [backward(*a, **kw)[i] for i in (0, 2, 1)], "swapped"),
     (lambda *a, **kw: (torch.zeros_like(a[0]),) + backward(*a, **kw)[1:], "dq is all zeros"),
+    (lambda *a, **kw: (dq_one_key_short(*a, **kw),) + backward(*a, **kw)[1:],
+     "dQ leaves out one key of every block of keys, its last"),
 ])
 def test_backward_hints(wrong, words):
     assert words in hint_of(backward_failure(wrong))

@@ -68,7 +68,7 @@ WRONG_KERNELS: list[WrongCudaKernel] = [
        expect=r"out-of-bounds atomic of `dq`", hint=None),
     _W("atomic", "share-one-key-short", "sums its share of dQ over all but the last key of its block",
        (("for (int j = 0; j < BLOCK_N; ++j) share +=", "for (int j = 0; j < BLOCK_N - 1; ++j) share +="),),
-       expect=r"wrong dq(.|\n)*dk and dv are right", hint=None),
+       expect=r"wrong dq(.|\n)*dk and dv are right", hint="dQ leaves out one key of every block of keys"),
     # -- 07_backward_split.cu -----------------------------------------------------------------------
     _W("split", "missing-syncthreads", "backward_dq reads the dS tile before every thread has written its part",
        (("        __syncthreads();  // backward_dq: the dS tile is complete\n", ""),), expect=RACE, hint=None),

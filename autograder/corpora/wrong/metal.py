@@ -272,7 +272,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        expect=r"out-of-bounds atomic of `dq`", checked=True, hint=None),
     _W("07.backward_atomic_metal", "share-one-key-short", "sums its share of dQ over all but the last key of its block",
        (("for (uint j = 0; j < BLOCK_N; ++j) share +=", "for (uint j = 0; j + 1 < BLOCK_N; ++j) share +="),),
-       expect=r"wrong dq(.|\n)*dk and dv are right", hint=None),
+       expect=r"wrong dq(.|\n)*dk and dv are right", hint="dQ leaves out one key of every block of keys"),
     # -- 07: backward, split ----------------------------------------------------------------------
     _W("07.backward_split_metal", "dq-missing-barrier", "backward_dq reads the dS tile before every thread wrote its part",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // backward_dq: the dS tile is complete\n", ""),),
@@ -300,7 +300,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("07.backward_split_metal", "dq-tile-one-key-short", "adds dS K over all but the last key of each tile",
        (("for (uint j = 0; j < BLOCK_N; ++j) {\n            const float ds = ds_tile",
          "for (uint j = 0; j + 1 < BLOCK_N; ++j) {\n            const float ds = ds_tile"),),
-       expect=r"wrong dq(.|\n)*dk and dv are right", hint=None),
+       expect=r"wrong dq(.|\n)*dk and dv are right", hint="dQ leaves out one key of every block of keys"),
     # backward_dq's key loop bound one key off at either end, named from the bytes of K it loads on every probe.
     _W("07.backward_split_metal", "dq-end-one-short", "ends backward_dq's key loop at the last key the threadgroup's "
        "last row sees, not one past it",
