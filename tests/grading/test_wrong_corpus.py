@@ -1,14 +1,15 @@
 """Every wrong solution in autograder/corpora/wrong loses points on its exercise.
 
 Two proofs, cheap enough to grow with the course:
-1. *Directly*: one Jupyter kernel runs the honest instructor notebook (which must run clean, every check
-   passing: this is the test that the lesson's solution notebook runs top to bottom), then, for each entry, the wrong
-   solution cell and the test cells of its exercise (visible and hidden). At least one must fail; the
-   honest cell is run again before the next entry. So each entry fails because of its own mistake, in
-   an otherwise right notebook.
+1. *Directly*: one Jupyter kernel runs the honest instructor notebook's cells but its tests (no error), then, for
+   each entry, the wrong solution cell and the test cells of its exercise (visible and hidden). At least one must
+   fail; the honest cell is run again before the next entry (a kernel cell's next entry replaces it whole, so
+   it is put back once its run of entries ends). So each entry fails because of its own mistake, in an otherwise
+   right notebook.
 2. *Through nbgrader*: the first packed submission (one wrong answer for every exercise;
    :func:`autograder.corpora.wrong.packs`) is graded in one batch, in the sandbox, beside the honest
-   notebook (full marks) and the student notebook as handed out (zero, with feedback that says the
+   notebook (full marks, and nothing on stderr: this is the test that the lesson's solution notebook runs top to
+   bottom clean) and the student notebook as handed out (zero, with feedback that says the
    answers are not implemented yet and quotes no hidden test). Every exercise must lose points there.
    The grade of a test is the notebook's result, which the re-check can only lower, so proof 1 covers
    the other packs; grading them all would cost the suite a minute a lesson and prove nothing more.
@@ -98,24 +99,25 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints:
     survivors = []
     with client.setup_kernel():
         poll_shell_in_slices(client.kc)
-        # The honest notebook first, top to bottom: clean (no error, nothing on stderr), every check passing.
+        # The honest notebook first, top to bottom, without its test cells: the state every entry starts from.
+        # That its tests all pass, and that it runs clean (no error, nothing on stderr), is the grader's proof,
+        # made on the same notebook graded beside the lesson's pack (check_pack_batch); running its checks here
+        # too would only double their cost.
+        test_cells = {i for i, _ in (pair for pairs in tests_of.values() for pair in pairs)}
         for i, cell in enumerate(nb.cells):
-            if cell.cell_type == "code":
+            if cell.cell_type == "code" and i not in test_cells:
                 client.execute_cell(cell, i)
                 assert not _failed(cell), f"the honest notebook fails at cell {i}: {cell.outputs}"
-                stderr = [o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
-                assert not stderr, f"the honest notebook writes to stderr at cell {i}: {stderr}"
-        n_tests = sum(1 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
-        passes = sum(o.get("text", "").count("✓") for c in nb.cells for o in c.get("outputs", []))
-        assert passes >= n_tests, f"{n_tests} graded test cells, {passes} passing checks in the honest notebook"
         groups = track_groups(path)
         handed_out = {_grade_id(c): c.source for c in nbformat.read(student_notebook(path), as_version=4).cells}
-        for wrong in entries:
+        still_set = False  # whether the previous entry left its cell's track group as this entry needs it
+        for n, wrong in enumerate(entries):
             index, honest = by_id[wrong.cell]
             # The other tracks of a track group hold their stubs: a learner who studies this entry's track.
             siblings = group_siblings(path, wrong.cell)
-            for sibling in siblings:
-                client.execute_cell(nbformat.v4.new_code_cell(handed_out[sibling]), by_id[sibling][0])
+            if not still_set:
+                for sibling in siblings:
+                    client.execute_cell(nbformat.v4.new_code_cell(handed_out[sibling]), by_id[sibling][0])
             trial = nbformat.v4.new_code_cell(wrong.apply(honest.source))
             client.execute_cell(trial, index)
             # An edit that breaks Python's syntax would lose points to the parser, not to the check.
@@ -134,6 +136,13 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints:
                     break  # one failing test is the proof; the exercise's later tests add only time
             if not failed:
                 survivors.append(f"{wrong.student_id} ({wrong.mistake})")
+            # A %%cuda or %%metal cell binds its name anew, to a placeholder that fails its check when the compile
+            # fails: the next entry of the same kernel cell replaces all this one left, so the honest kernel and the
+            # stubs beside it (a compile each) are put back only when the cell changes, and after the last entry.
+            following = entries[n + 1].cell if n + 1 < len(entries) else None
+            still_set = following == wrong.cell and honest.source.lstrip().startswith("%%")
+            if still_set:
+                continue
             for cell_id in [wrong.cell, *siblings]:
                 restored = nbformat.v4.new_code_cell(by_id[cell_id][1].source)
                 client.execute_cell(restored, by_id[cell_id][0])
@@ -193,6 +202,12 @@ def write_pack_batch(repo: Path, assignment: str, submissions: Path) -> None:
         put(submissions / "partial" / f"{assignment}.ipynb", _partial(source, handed_out))
 
 
+def _autograded(result, assignment: str) -> nbformat.NotebookNode:
+    """The notebook nbgrader ran for ``result``: autograded/<student>/<assignment>/, beside feedback/."""
+    course = result.feedback_html.parents[3]
+    return nbformat.read(course / "autograded" / result.student_id / assignment / f"{assignment}.ipynb", as_version=4)
+
+
 def check_pack_batch(repo: Path, assignment: str, results: dict) -> None:
     """The honest notebook earns full marks, the untouched one nothing (with feedback that quotes no hidden test), a
     partial one some but not all, and every exercise of a pack that holds a wrong answer loses points."""
@@ -201,6 +216,11 @@ def check_pack_batch(repo: Path, assignment: str, results: dict) -> None:
     honest, untouched = results["honest"], results["untouched"]
     assert (honest.score, honest.status) == (honest.max_score, "graded") and honest.max_score > 0, honest
     assert all(points > 0 for points in honest.cells.values())
+    # The solution notebook runs clean under the grader: no cell writes to stderr (a warning a learner would read).
+    graded = _autograded(honest, assignment)
+    stderr = [(i, o.text) for i, c in enumerate(graded.cells) for o in c.get("outputs", [])
+              if o.output_type == "stream" and o.name == "stderr"]
+    assert not stderr, f"the honest notebook writes to stderr when graded: {stderr}"
     assert (untouched.score, untouched.status) == (0.0, "graded"), untouched
     text = feedback_text(untouched)
     assert "not implemented yet" in text
