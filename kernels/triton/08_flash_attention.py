@@ -80,7 +80,7 @@ class FlashAttention(torch.autograd.Function):
             # K and V go in with their own H_kv heads: the kernels map query head h to K/V head
             # h // (H / H_kv) and return dK, dV already summed over each group.
             dq, dk, dv = _backward.attention_backward_bhnd(q, k, v, o, lse, do.contiguous(), causal=ctx.causal,
-                                                           scale=ctx.scale,)
+                                                           scale=ctx.scale)
             return dq, dk, dv, None, None, None
             # END SOLUTION
 

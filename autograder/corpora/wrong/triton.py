@@ -268,7 +268,7 @@ WRONG_KERNELS: list[WrongKernel] = [
        (("return dq, dk, dv, None, None, None", "return dq, dv, dk, None, None, None"),), expect="wrong d",
        hint="dK and dV are swapped"),
     _W("08.flash_attention_triton", "backward-default-scale", "recomputes P in the backward with scale 1",
-       (("scale=ctx.scale,", "scale=1.0,"),), expect="wrong d", hint="uses scale 1 instead of the forward's scale"),
+       (("scale=ctx.scale)", "scale=1.0)"),), expect="wrong d", hint="uses scale 1 instead of the forward's scale"),
     # -- 08: the fp8 forward ------------------------------------------------------------------------
     _W("08.fp8_forward_triton", "missing-qk-descale", "multiplies the scores by the softmax scale only, not by the "
        "descales of Q and K",
