@@ -5,7 +5,8 @@ visible ones unmasked, those before the diagonal never visited) and dQ (a progra
 blocks first, then the diagonal), with exp2 and no atomics. Checked here against the float64 oracle within the
 error budget of lesson 07's checks: causal and not, Nq != Nk both ways, rows that see no key, grouped query
 heads, odd lengths and head dims, every config of the tuning lists, the autotuned launch, determinism, and the
-capstone calling it. Mutants of the file (a stage boundary moved, the ragged tail dropped) lose, so the checks can
+capstone calling it. The gradient, tuning-config and determinism tests run in the GPU suite too (marked gpu), on
+the GPU's compiled kernels. Mutants of the file (a stage boundary moved, the ragged tail dropped) lose, so the checks can
 fail. Shapes stay small: the interpreter runs every program one after another.
 """
 from __future__ import annotations
@@ -64,6 +65,8 @@ CASES = [(37, 70, 40, F16, 2, 1, True), (70, 37, 40, F16, 2, 1, True), (17, 17, 
          (33, 20, 256, F16, 2, 1, False), (40, 70, 136, F16, 2, 1, True), (20, 33, 96, F32, 4, 2, False)]
 
 
+@pytest.mark.gpu
+@pytest.mark.tier_devices
 @pytest.mark.parametrize("n_q, n_k, d, dtype, heads, kv_heads, causal", CASES,
                          ids=[f"{c[0]}x{c[1]}-D{c[2]}-{str(c[3])[-7:]}-H{c[4]}/{c[5]}-{'causal' if c[6] else 'full'}"
                               for c in CASES])
@@ -76,6 +79,8 @@ def test_gradients_match_the_oracle(bwd, n_q, n_k, d, dtype, heads, kv_heads, ca
     assert max(ratios.values()) <= 1, ratios
 
 
+@pytest.mark.gpu
+@pytest.mark.tier_devices
 def test_rows_that_see_no_key_get_zero_gradients(bwd):
     """Nq = 50 > Nk = 20, causal: query rows 0..29 see no key (LSE = -inf); their dQ is exactly 0, never NaN."""
     args, oracle, plain = _case(50, 20, 32, F16, causal=True, seed=5)
@@ -85,6 +90,8 @@ def test_rows_that_see_no_key_get_zero_gradients(bwd):
     assert max(_ratios(got, oracle, plain, F16).values()) <= 1
 
 
+@pytest.mark.gpu
+@pytest.mark.tier_devices
 def test_the_leading_dims_wrapper_and_an_explicit_scale(bwd):
     """attention_backward on (2, 3, N, D) tensors (every leading dim flattened), fp32, scale 0.3, causal."""
     gen = torch.Generator().manual_seed(7)
@@ -103,8 +110,10 @@ def test_the_leading_dims_wrapper_and_an_explicit_scale(bwd):
 REGIMES = [(40, F16), (40, F32), (72, F16), (72, F32), (136, F16), (136, F32)]
 
 
+@pytest.mark.gpu
+@pytest.mark.tier_devices
 @pytest.mark.parametrize("d, dtype", REGIMES, ids=[f"D{d}-{str(t).split('.')[1]}" for d, t in REGIMES])
-def test_every_tuning_config_is_right_on_the_interpreter(bwd, d, dtype):
+def test_every_tuning_config_is_right(bwd, d, dtype):
     configs = bwd.tuning_configs(d, dtype)
     assert configs[0] == bwd.check_config(d, dtype)["bwd_kernel"]
     args, oracle, plain = _case(37, 70, d, dtype, seed=d)
@@ -148,6 +157,8 @@ def test_a_benchmark_autotunes_and_a_check_does_not(trials):
     assert max(_ratios(got, oracle, plain, F16).values()) <= 1
 
 
+@pytest.mark.gpu
+@pytest.mark.tier_devices
 def test_deterministic_same_bits_and_no_atomics_in_the_kernels(bwd):
     """Two calls give the same bits (on a GPU too: nothing is added to memory twice, which the source shows)."""
     args, _, _ = _case(45, 70, 24, F16, heads=4, kv_heads=2, seed=9)
