@@ -492,7 +492,7 @@ def _nonfinite_hint(out64: torch.Tensor, q, k, v, case: Case, scale: float, bloc
 
 
 def _diagnose_attention(exercise: str, out: Any, case: Case, q, k, v, scale: float, oracle, budget,
-                        explicit_scale: bool = False) -> str | None:
+                        explicit_scale: bool = False, key_blocks: bool = True) -> str | None:
     """None when ``out`` is within budget, else a few lines saying what is wrong."""
     ref = oracle.o
     head = f"{exercise}: wrong answer on {case.describe(scale if explicit_scale else None)}"
@@ -502,7 +502,7 @@ def _diagnose_attention(exercise: str, out: Any, case: Case, q, k, v, scale: flo
     if isinstance(out, torch.Tensor) and out.shape == ref.shape:
         out64 = out.detach().to("cpu", torch.float64)
         if not bool(torch.isfinite(out64).all()):
-            hint = _nonfinite_hint(out64, q, k, v, case, scale, blocked=exercise[:2].isdigit() and exercise[:2] >= "03")
+            hint = _nonfinite_hint(out64, q, k, v, case, scale, blocked=key_blocks)
         else:
             # A mistake recognised within a small part of the answer's scale is still that mistake, just noisy.
             tol = max(budget.allowed * 4, _rel(case.dtype) * max(float(ref.abs().max()), 1e-6))
@@ -577,7 +577,7 @@ def _lse_hint(lse: Any, ref: torch.Tensor, m: torch.Tensor, tol: float, rel: flo
 @_quietly
 def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case], *, scale: float | None = None,
                     pass_scale: bool = False, pass_causal: bool = False, with_lse: bool = False, race: bool = False,
-                    device: str = "cpu", k: float = 2.0, tier: str = "") -> Report:
+                    device: str = "cpu", k: float = 2.0, tier: str = "", key_blocks: bool | None = None) -> Report:
     """Call ``fn(q, k, v[, causal=...][, scale=...])`` on every case; compare O (and LSE) with the float64 oracle.
 
     ``with_lse``: ``fn`` returns ``(o, lse)``. ``race``: run Triton's interpreter checks on the launches
@@ -585,8 +585,13 @@ def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case]
     given to fill to have been stored. ``tier`` names where a kernel ran; plain PyTorch answers leave it empty.
     Every message about a case names the scale whenever ``fn`` is given one (``pass_scale``) or the
     check uses one other than 1/sqrt(D): what the message names is what reproduces the case.
+    ``key_blocks``: the answer walks the keys in blocks and divides by l at the end (an output NaN in every row then
+    gets a hint about l); None: what the exercise's kernel row declares, or True for an exercise with no row.
     """
     cases = list(cases)
+    if key_blocks is None:
+        row = table.find(exercise)
+        key_blocks = row.key_blocks if row is not None else True
     worst_ratio = 0.0
     for case in cases:
         s = scale if scale is not None else 1.0 / math.sqrt(case.d)
@@ -611,7 +616,8 @@ def check_attention(exercise: str, fn: Callable[..., Any], cases: Iterable[Case]
                 raise CheckFailed(f"{exercise}: part of the output is never written on {text}:\n  {exc}") from None
         oracle = attention(q, kk, v, case.causal, scale=s)
         budget = attention_budget(oracle.o, plain_attention(q, kk, v, case.causal, scale=s), case.dtype, k=k)
-        problem = _diagnose_attention(exercise, out, case, q, kk, v, s, oracle, budget, explicit_scale=named is not None)
+        problem = _diagnose_attention(exercise, out, case, q, kk, v, s, oracle, budget, explicit_scale=named is not None,
+                                      key_blocks=key_blocks)
         if problem:
             raise CheckFailed(problem)
         worst_ratio = max(worst_ratio, budget.ratio(float((out.detach().cpu().double() - oracle.o).abs().max())))

@@ -21,7 +21,7 @@ from course.errors import CourseError
 from course.grading.engines import Report, check_attention, check_backward
 from course.inputs import Case
 from course.simt import RawModule
-from course.tracks import cuda, metal
+from course.tracks import cuda, metal, table
 from course.tracks.common import GRADING_LAUNCH, Tiles, need
 
 __all__ = ["CHECKED_TIER", "GRADING_TILES", "ODD_HEAD_DIMS", "step_cases", "grading_cases", "check_step"]
@@ -30,17 +30,9 @@ CHECKED_TIER = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
 
 # Tiles for the checked launches: small, so that small cases (fast under memcheck + racecheck) still cross
 # several blocks (threadgroups), several K/V tiles, a ragged last tile and, causal, a diagonal that spans
-# tiles. The one-thread-per-row steps (lessons 01 and 02) have no tiles.
-GRADING_TILES: dict[str, Tiles] = {
-    "02.online_softmax_cuda": Tiles(block_m=2),
-    "03.tiled_cuda": Tiles(block_m=4, block_n=32),
-    "04.double_buffer_cuda": Tiles(block_m=4, block_n=32),
-    "05.mma_cuda": Tiles(block_m=32, block_n=16),
-    "06.causal_cuda": Tiles(block_m=32, block_n=16),
-    "03.tiled_metal": Tiles(8, 8),
-    "04.double_buffer_metal": Tiles(8, 8),
-    "05.mma_metal": Tiles(16, 16),
-}
+# tiles: each step's row declares them (``grading_tiles``). The one-thread-per-row steps have none.
+GRADING_TILES: dict[str, Tiles] = {row.id: Tiles(*row.grading_tiles) for row in table.KERNEL_EXERCISES
+                                   if row.grading_tiles}
 
 # Per language, by the multiple of which a step needs D: a head dim that is not a power of two and that the
 # step accepts (Metal's step 03 gets an odd one).

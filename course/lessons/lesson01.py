@@ -22,9 +22,10 @@ def _lesson01_cases() -> list[Case]:
 
 def _attention_torch(fn, cases: Iterable[Case] | None = None) -> Report:
     cases = list(cases) if cases is not None else _lesson01_cases() + [Case(33, 33, 32, kind="constant_rows", seed=7)]
-    report = check_attention("01.attention_torch", fn, cases)
+    # One matrix of scores, no blocks of keys: a NaN output gets no hint about a running sum l.
+    report = check_attention("01.attention_torch", fn, cases, key_blocks=False)
     # The same function must honour an explicit scale too.
-    check_explicit_scale("01.attention_torch", fn, Case(17, 20, 32, seed=11), 0.5)
+    check_explicit_scale("01.attention_torch", fn, Case(17, 20, 32, seed=11), 0.5, key_blocks=False)
     return report
 
 

@@ -52,17 +52,12 @@ from course.tracks.cuda_gpu import GpuRunner, run_step
 __all__ = ["LADDER", "TILE_CHOICES", "LadderResult", "gpu_status", "validate_cpu", "validate_gpu", "time_gpu",
            "render_markdown", "main"]
 
-# The forward ladder of the CUDA track, lesson 02 on (lesson 01 is timed as the naive baseline).
-LADDER = [row.id for row in table.exercises(track="cuda") if "01" < row.lesson < "07"]
-
-# Tile sizes every step is validated at (and, on a GPU, timed at). The first is the step's default.
-TILE_CHOICES: dict[str, list[Tiles]] = {
-    "02.online_softmax_cuda": [STEPS["02.online_softmax_cuda"].tiles, Tiles(8), Tiles(16)],
-    "03.tiled_cuda": [STEPS["03.tiled_cuda"].tiles, Tiles(8, 64), Tiles(32, 32)],
-    "04.double_buffer_cuda": [STEPS["04.double_buffer_cuda"].tiles, Tiles(8, 64), Tiles(32, 32)],
-    "05.mma_cuda": [STEPS["05.mma_cuda"].tiles, Tiles(64, 32), Tiles(128, 64)],
-    "06.causal_cuda": [STEPS["06.causal_cuda"].tiles, Tiles(64, 32), Tiles(128, 64)],
-}
+# The forward ladder of the CUDA track: the steps whose rows declare ladder tiles (lesson 01 is timed as the naive
+# baseline). Tile sizes every step is validated at (and, on a GPU, timed at): the step's default, then its row's.
+TILE_CHOICES: dict[str, list[Tiles]] = {row.id: [STEPS[row.id].tiles] + [Tiles(*t) for t in row.ladder_tiles]
+                                        for row in table.exercises(track="cuda") if row.ladder_tiles}
+LADDER = list(TILE_CHOICES)
+NAIVE = table.ladder_baseline("cuda").id  # the naive baseline: one thread per query row, one head per launch
 DEFAULT_OUT = REPO / "docs" / "cuda_benchmarks.md"
 
 
@@ -154,8 +149,8 @@ class _GpuRunner:
 
 def _naive_on_gpu(q, k, v):
     """Lesson 01's kernel on the GPU, as check_attention calls it."""
-    runner = GpuRunner(path=kernel_path(STEPS["01.naive_cuda"].kernel_file))
-    return run_step("01.naive_cuda", runner, q, k, v)
+    runner = GpuRunner(path=kernel_path(STEPS[NAIVE].kernel_file))
+    return run_step(NAIVE, runner, q, k, v)
 
 
 def validate_gpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callable[[str], None] = print,
@@ -163,7 +158,7 @@ def validate_gpu(steps: Sequence[str] = LADDER, quick: bool = False, log: Callab
     """The CPU validation on the GPU (lesson 01's kernel too, with ``naive``): {step: why it failed} for the
     steps that failed at any tile choice (empty when all passed). A failing step does not stop the others."""
     failed: dict[str, str] = {}
-    work = ([("01.naive_cuda", None)] if naive else []) + [(e, t) for e in steps for t in _choices(e, quick)]
+    work = ([(NAIVE, None)] if naive else []) + [(e, t) for e in steps for t in _choices(e, quick)]
     for exercise, tiles in work:
         label = f"{exercise} {tiles_text(tiles)}" if tiles else exercise
         try:
@@ -217,14 +212,14 @@ def _time_step(exercise: str, tiles: Tiles, q, k, v, causal: bool, reps: int, fl
 
 
 def _time_naive(q, k, v, reps: int, flush: Callable[[], object]) -> float:
-    path = str(kernel_path(STEPS["01.naive_cuda"].kernel_file))
+    path = str(kernel_path(STEPS[NAIVE].kernel_file))
     q, k, v = (t.float().contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     heads, n, d = q.shape
     blocks = (n + 63) // 64
 
     def once() -> float:  # lesson 01's kernel takes one head per launch
-        return sum(gpu.launch_cuda(None, path, "naive_attention", (blocks,), (64,),
+        return sum(gpu.launch_cuda(None, path, STEPS[NAIVE].kernel, (blocks,), (64,),
                                    (q[h], k[h], v[h], o[h], n, n, d, 1.0 / math.sqrt(d))).seconds for h in range(heads))
     return _median_ms(once, reps, flush)
 
@@ -256,13 +251,13 @@ def time_gpu(shapes: Sequence[tuple[int, int, int, bool]], quick: bool, reps: in
         gen = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (torch.randn(heads, n, d, device="cuda", dtype=torch.float16, generator=gen) for _ in range(3))
         if not causal:
-            if "01.naive_cuda" in untimed:
-                rows.append(LadderResult(shape, "01.naive_cuda", None, note=f"not timed: {untimed['01.naive_cuda']}"))
+            if NAIVE in untimed:
+                rows.append(LadderResult(shape, NAIVE, None, note=f"not timed: {untimed[NAIVE]}"))
             else:
                 try:
-                    rows.append(LadderResult(shape, "01.naive_cuda", _time_naive(q, k, v, max(2, reps // 4), flush)))
+                    rows.append(LadderResult(shape, NAIVE, _time_naive(q, k, v, max(2, reps // 4), flush)))
                 except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
-                    rows.append(LadderResult(shape, "01.naive_cuda", None, note=_short(e)))
+                    rows.append(LadderResult(shape, NAIVE, None, note=_short(e)))
         for exercise in steps:
             if causal and not STEPS[exercise].causal:
                 continue

@@ -66,7 +66,7 @@ def _launch_step(row: KernelExercise) -> Step:
 
 # The forward steps of CUDA C, and the Metal steps with one thread per row (lessons 01 and 02: the same
 # launch as CUDA's lesson 01), from the table.
-STEPS: dict[str, Step] = {row.id: _launch_step(row) for row in table.exercises(track="cuda") if row.lesson != "07"}
+STEPS: dict[str, Step] = {row.id: _launch_step(row) for row in table.exercises(track="cuda") if not row.backward}
 STEPS.update({row.id: _launch_step(row) for row in table.exercises(track="metal") if row.options.get("layout") == "naive"})
 
 
@@ -288,7 +288,7 @@ def attention_function(module: RawModule, exercise: str | None = None, tiles: Ti
         try:
             exercise = step_for_module(module)
         except CourseError:
-            exercise = "01.naive_metal" if module.language == "metal" else "01.naive_cuda"
+            exercise = table.ladder_baseline(module.language).id  # the one-thread-per-row launch of its track
     if STEPS[exercise].layout == "naive":
         kernel = STEPS[exercise].kernel
         return lambda q, k, v, scale=None: naive_attention(module, q, k, v, scale, kernel=kernel, **launch)
@@ -311,8 +311,8 @@ def attention_function(module: RawModule, exercise: str | None = None, tiles: Ti
 # and shared memory sizes and refuses a launch a GPU would refuse.
 # ------------------------------------------------------------------------------------------------
 
-BACKWARD_FILES = {kind: table.exercise(f"07.backward_{kind}_cuda").kernel_file for kind in ("atomic", "split")}
-BACKWARD_KERNELS = {kind: table.exercise(f"07.backward_{kind}_cuda").entry for kind in ("atomic", "split")}
+BACKWARD_FILES = {row.variant: row.kernel_file for row in table.exercises(track="cuda") if row.backward}
+BACKWARD_KERNELS = {row.variant: row.entry for row in table.exercises(track="cuda") if row.backward}
 
 # The backward kernels stay within what any CUDA GPU gives one block without opting in (48 KiB of
 # shared memory; they do not need more for D <= 128).

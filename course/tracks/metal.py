@@ -165,20 +165,32 @@ class MetalStep:
     constants: tuple[str, ...]       # the `#define`s the launcher reads from the source
     d_multiple: int = 1
     half_inputs: bool = False        # Q, K, V go in as float16 (simdgroup_half8x8); O, LSE come out float32
+    layout: str = ""
+    """How a forward step carves threadgroup memory and threads (``tiled``, ``ping_pong``, ``simdgroup``); empty for
+    a backward step."""
+    tile_choices: tuple[Tiles, ...] = ()
+    """Tiles tried in order when none are given: the first that fits 32 KiB of threadgroup memory at this D."""
+    variant: str = ""                # a backward step's dQ design: ``atomic`` or ``split``
+
+
+def _metal_step(row: table.KernelExercise) -> MetalStep:
+    o = row.options
+    return MetalStep(row.id, row.kernel_file, row.entry, o["defines"], o.get("d_multiple", 1), o.get("half_inputs", False),
+                     o.get("layout", ""), tuple(Tiles(*t) for t in o.get("tile_choices", ())), row.variant)
 
 
 STEPS: dict[str, MetalStep] = {
-    row.id: MetalStep(row.id, row.kernel_file, row.entry, row.options["defines"], row.options.get("d_multiple", 1),
-                      row.options.get("half_inputs", False))
-    for row in table.exercises(track="metal")
+    row.id: _metal_step(row) for row in table.exercises(track="metal")
     if row.options.get("layout") != "naive"}  # one thread per row (01, 02) launches like CUDA's 01 (course.tracks.cuda)
 
-# Tiles tried in order when none are given: the first that fits 32 KiB of threadgroup memory at this D.
-_DEFAULT_TILES = {
-    "03.tiled_metal": (Tiles(32, 32), Tiles(32, 16), Tiles(32, 8)),
-    "04.double_buffer_metal": (Tiles(32, 32), Tiles(32, 16), Tiles(32, 8)),
-    "05.mma_metal": (Tiles(32, 32), Tiles(16, 32), Tiles(16, 16)),
-}
+
+def _step_laid_out(layout: str) -> str:
+    """The Metal forward step whose row declares ``layout``."""
+    return next(step.exercise for step in STEPS.values() if step.layout == layout)
+
+
+def _backward_step(variant: str) -> str:
+    return next(step.exercise for step in STEPS.values() if not step.layout and step.variant == variant)
 
 
 def module_for(exercise: str) -> RawModule:
@@ -195,11 +207,12 @@ def kernel_constants(module: RawModule, exercise: str) -> dict[str, int]:
 def _forward_memory(exercise: str, tiles: Tiles, d: int) -> dict[str, int]:
     """Bytes of each [[threadgroup(n)]] buffer of a forward step; the kernels carve them the same way."""
     m, n = tiles.block_m, tiles.block_n
-    if exercise == "03.tiled_metal":
+    layout = STEPS[exercise].layout
+    if layout == "tiled":
         return {"q_tile": FLOAT * m * d, "k_tile": FLOAT * n * d, "v_tile": FLOAT * n * d}
-    if exercise == "04.double_buffer_metal":  # two K and two V buffers: the ping-pong pair
+    if layout == "ping_pong":  # two K and two V buffers: the ping-pong pair
         return {"q_tile": FLOAT * m * d, "k_tiles": 2 * FLOAT * n * d, "v_tiles": 2 * FLOAT * n * d}
-    # 05: half Q, K, V tiles; per simdgroup an 8-row strip of S (float), of P (half) and of O (float),
+    # simdgroup: half Q, K, V tiles; per simdgroup an 8-row strip of S (float), of P (half) and of O (float),
     # where the O accumulator is spilled for its rescale.
     return {"q_tile": HALF * m * d, "k_tile": HALF * n * d, "v_tile": HALF * n * d,
             "s_strips": FLOAT * m * n, "p_strips": HALF * m * n, "o_strips": FLOAT * m * d}
@@ -208,7 +221,7 @@ def _forward_memory(exercise: str, tiles: Tiles, d: int) -> dict[str, int]:
 def _check_tiles(exercise: str, tiles: Tiles, constants: dict[str, int]) -> int:
     """Threads per threadgroup for these tiles, or a CourseError saying what is wrong with them."""
     m, n = tiles.block_m, tiles.block_n
-    if exercise == "05.mma_metal":
+    if STEPS[exercise].layout == "simdgroup":
         need(m >= 8 and m % 8 == 0, f"block_m = {m}: each simdgroup owns 8 query rows (one 8 x 8 matrix), so "
                                     f"block_m must be a positive multiple of 8.")
         need(n >= 8 and n % 8 == 0, f"block_n = {n}: keys are multiplied 8 at a time, so block_n must be a "
@@ -222,10 +235,11 @@ def _check_tiles(exercise: str, tiles: Tiles, constants: dict[str, int]) -> int:
 
 
 def _default_tiles(exercise: str, d: int) -> Tiles:
-    for tiles in _DEFAULT_TILES[exercise]:
+    choices = STEPS[exercise].tile_choices
+    for tiles in choices:
         if sum(_bytes(b) for b in _forward_memory(exercise, tiles, d).values()) <= THREADGROUP_MEMORY_LIMIT:
             return tiles
-    return _DEFAULT_TILES[exercise][-1]  # the launch then says how much memory it would need
+    return choices[-1]  # the launch then says how much memory it would need
 
 
 def _check_head_dim(exercise: str, d: int, constants: dict[str, int]) -> None:
@@ -282,14 +296,14 @@ def tiled_forward(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torch.
                   scale: float | None = None, *, device: str = "cpu", tiles: Tiles | None = None,
                   gpu_launcher: GpuLauncher | None = None, **launch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) with 03_tiled.metal: float32, one thread per query row, K/V tiles in threadgroup memory."""
-    return _forward("03.tiled_metal", module, q, k, v, causal, scale, device, tiles, gpu_launcher, launch)
+    return _forward(_step_laid_out("tiled"), module, q, k, v, causal, scale, device, tiles, gpu_launcher, launch)
 
 
 def float4_forward(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                    scale: float | None = None, *, device: str = "cpu", tiles: Tiles | None = None,
                    gpu_launcher: GpuLauncher | None = None, **launch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) with 04_double_buffer.metal: float4 rows, ping-pong K/V tiles (D a multiple of 4)."""
-    return _forward("04.double_buffer_metal", module, q, k, v, causal, scale, device, tiles, gpu_launcher, launch)
+    return _forward(_step_laid_out("ping_pong"), module, q, k, v, causal, scale, device, tiles, gpu_launcher, launch)
 
 
 def simdgroup_forward(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -297,11 +311,11 @@ def simdgroup_forward(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: to
                       gpu_launcher: GpuLauncher | None = None, **launch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) with 05_mma.metal: half inputs, 8 x 8 simdgroup matrices, float accumulators
     (D a multiple of 8). O comes back in q's dtype, LSE in float32."""
-    return _forward("05.mma_metal", module, q, k, v, causal, scale, device, tiles, gpu_launcher, launch)
+    return _forward(_step_laid_out("simdgroup"), module, q, k, v, causal, scale, device, tiles, gpu_launcher, launch)
 
 
-FORWARD = {"03.tiled_metal": tiled_forward, "04.double_buffer_metal": float4_forward,
-           "05.mma_metal": simdgroup_forward}
+_FORWARD_OF_LAYOUT = {"tiled": tiled_forward, "ping_pong": float4_forward, "simdgroup": simdgroup_forward}
+FORWARD = {step.exercise: _FORWARD_OF_LAYOUT[step.layout] for step in STEPS.values() if step.layout}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -352,7 +366,7 @@ def _backward(exercise: str, module: RawModule, q, k, v, o, lse, do, causal: boo
     # What a kernel must write starts as NaN (see _forward); the atomic kernel only adds to dQ, which starts as 0.
     # With no query rows nothing is launched, and dK = dV = 0.
     unwritten = np.nan if n_q else 0.0
-    dq = np.zeros_like(qa) if exercise == "07.backward_atomic_metal" else np.full_like(qa, np.nan)
+    dq = np.zeros_like(qa) if STEPS[exercise].variant == "atomic" else np.full_like(qa, np.nan)
     dk, dv = np.full_like(ka, unwritten), np.full_like(va, unwritten)
     delta = np.full(n_q, np.nan, dtype=np.float32)
     items = backward_launches(exercise, module, qa, ka, va, oa, la, da, dq, dk, dv, delta, scale, causal)
@@ -367,7 +381,7 @@ def backward_atomic(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torc
                     **launch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) with 07_backward_atomic.metal: Δ, then one kernel for dK, dV and (by emulated float
     atomics) dQ. Takes the forward's O and natural-log LSE (float32, -inf for a row that sees no key)."""
-    return _backward("07.backward_atomic_metal", module, q, k, v, o, lse, do, causal, scale, device, gpu_launcher,
+    return _backward(_backward_step("atomic"), module, q, k, v, o, lse, do, causal, scale, device, gpu_launcher,
                      launch)
 
 
@@ -376,11 +390,12 @@ def backward_split(module: RawModule, q: torch.Tensor, k: torch.Tensor, v: torch
                    device: str = "cpu", gpu_launcher: GpuLauncher | None = None,
                    **launch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV) with 07_backward_split.metal: Δ, a dK/dV kernel and a dQ kernel, no atomics."""
-    return _backward("07.backward_split_metal", module, q, k, v, o, lse, do, causal, scale, device, gpu_launcher,
+    return _backward(_backward_step("split"), module, q, k, v, o, lse, do, causal, scale, device, gpu_launcher,
                      launch)
 
 
-BACKWARD = {"07.backward_atomic_metal": backward_atomic, "07.backward_split_metal": backward_split}
+_BACKWARD_OF_VARIANT = {"atomic": backward_atomic, "split": backward_split}
+BACKWARD = {step.exercise: _BACKWARD_OF_VARIANT[step.variant] for step in STEPS.values() if not step.layout}
 
 
 def forward_function(exercise: str, module: RawModule, tiles: Tiles | None = None, *, device: str = "cpu",

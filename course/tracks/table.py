@@ -29,13 +29,33 @@ from typing import Any
 from course.errors import CourseError
 from course.paths import REPO
 
-__all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "KernelExercise", "KERNEL_EXERCISES", "exercise", "exercises", "find",
-           "graded_whole"]
+__all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "GateCall", "GivenKernel", "KernelExercise", "KERNEL_EXERCISES",
+           "GIVEN_KERNELS", "exercise", "exercises", "find", "graded_whole", "gate_declaration", "ladder_baseline"]
 
 TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}  # what a learner reads for each track
 
 TRACKS = ("triton", "cuda", "metal")
 EXTENSIONS = {"triton": "py", "cuda": "cu", "metal": "metal"}
+
+
+@dataclass(frozen=True)
+class GateCall:
+    """One call the Triton compile gate (:mod:`course.tracks.triton_compile`) makes of a kernel file's Python
+    wrapper, on fake CUDA tensors, so that every kernel the wrapper launches is captured and compiled.
+
+    ``args`` and the values of ``kwargs`` are words of the gate's vocabulary: a tensor's shape (``q`` is
+    (2, N, D), ``row`` (N, D), ``q4`` (2, 4, N, D), ``kv`` the K/V heads of the case; the full list is
+    ``triton_compile.SHAPES``), ``causal`` (the case's flag), or a Python literal (``4``, ``'atomic'``)."""
+    function: str
+    args: tuple[str, ...]
+    kwargs: tuple[tuple[str, str], ...] = ()
+    when: str = "always"
+    """Which cases make the call: ``always``, ``plain`` (every case but the grouped-query ones), ``gqa`` (only
+    those), ``head_dim`` (cases with a head dim) or ``no_head_dim`` (a row softmax's cases)."""
+
+
+def _call(function: str, args: str, when: str = "always", **kwargs: str) -> GateCall:
+    return GateCall(function, tuple(args.split()), tuple(kwargs.items()), when)
 
 
 @dataclass(frozen=True)
@@ -65,6 +85,36 @@ class KernelExercise:
     options: dict[str, Any] = field(default_factory=dict)
     """What the track's launcher needs beyond the names (bound keyword arguments for Triton; launch
     layout, tile sizes, input dtype and the ``#define``s it reads for CUDA and Metal)."""
+    backward: bool = False
+    """The step computes gradients (dQ, dK, dV): it has no forward launch and is not on a forward ladder."""
+    key_blocks: bool = True
+    """The step walks the keys in blocks and divides by l at the end: when every row of its output is NaN the
+    check says where l went wrong (no block added, or a first rescale of 0 by inf)."""
+    grading_tiles: tuple[int, ...] = ()
+    """(block_m[, block_n]) of the grader's checked launch (memcheck + racecheck) of a CUDA C or Metal step:
+    small, so that small cases still cross several blocks and K/V tiles. Empty: the step's default tiles."""
+    ladder_tiles: tuple[tuple[int, ...], ...] = ()
+    """CUDA C forward ladder (``course.tools.bench_cuda``): the tile sizes validated and timed besides the step's
+    default. A step that declares any is on the ladder."""
+    ladder_baseline: bool = False
+    """The ladder's naive baseline (one thread per query row, one head per launch), timed on the shapes without a
+    mask; also the launch a one-thread-per-row module of its track gets when no step names it."""
+    answer_gate_dtype: str = "fp16"
+    """The dtype a learner's Triton answer is compiled at before the interpreter runs it (``fp32`` for steps that
+    take float32 inputs)."""
+    answer_gate_target: int = 80
+    """The NVIDIA target (sm_NN) that compile is for: 90 for a step whose operands only newer GPUs take."""
+    technique_probe: str = ""
+    """A function of ``course.grading.measured`` that measures the lesson's technique in the learner's compiled
+    kernel after the answer passes (``matrix_units_triton``: both products on tl.dot)."""
+    probe_under_grader: bool = True
+    """False: the notebook's check skips the probe under the grader, whose re-check measures the same file."""
+    gate_cases: str = ""
+    """The cases the Triton compile gate calls the file's wrapper on: ``forward`` (dtype × head dim),
+    ``causal`` (also × causal, and grouped-query heads when the gate asks), ``softmax`` (a row softmax's cases
+    by dtype, and the attention's by dtype × head dim) or ``fp8`` (the fp8 formats at 16-bit head dims)."""
+    gate_calls: tuple[GateCall, ...] = ()
+    """The calls the compile gate makes on each of those cases (rows that share a file add theirs in order)."""
 
     @property
     def name(self) -> str:
@@ -94,64 +144,148 @@ class KernelExercise:
         return f"python -m course run {self.lesson} --track {self.track}{variant}"
 
 
-def _t(lesson, step, function, variant="", shared_file=False, learner_wrapper=False, wraps=(), **options):
-    return KernelExercise(lesson, step, "triton", (function,), variant, shared_file, learner_wrapper, wraps, options)
+_DECLARATIONS = ("backward", "key_blocks", "grading_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
+                 "answer_gate_target", "technique_probe", "probe_under_grader", "gate_cases", "gate_calls")
+
+
+def _row(lesson, step, track, entry, variant="", shared_file=False, learner_wrapper=False, wraps=(), **options):
+    declared = {name: options.pop(name) for name in _DECLARATIONS if name in options}
+    return KernelExercise(lesson, step, track, entry, variant, shared_file, learner_wrapper, wraps, options, **declared)
+
+
+def _t(lesson, step, function, variant="", **options):
+    return _row(lesson, step, "triton", (function,), variant, **options)
 
 
 def _c(lesson, step, kernels, variant="", **options):
-    return KernelExercise(lesson, step, "cuda", tuple(kernels.split()), variant, options=options)
+    return _row(lesson, step, "cuda", tuple(kernels.split()), variant, **options)
 
 
 def _m(lesson, step, kernels, variant="", **options):
-    return KernelExercise(lesson, step, "metal", tuple(kernels.split()), variant, options=options)
+    return _row(lesson, step, "metal", tuple(kernels.split()), variant, **options)
+
+
+@dataclass(frozen=True)
+class GivenKernel:
+    """A kernel file that is given code and answers no row (a learner's wrapper calls it, ``wraps``): what the
+    Triton compile gate needs to compile it all the same."""
+    kernel_file: str
+    gate_cases: str
+    gate_calls: tuple[GateCall, ...]
+
+    @property
+    def stem(self) -> str:
+        return Path(self.kernel_file).stem
+
+
+# What the compile gate calls, shared by several rows.
+_Q3 = "q q q"
+_FORWARD_GATE = dict(gate_cases="forward")
+_BACKWARD_GQA = "q4 kv kv q4 lse4 q4"  # lesson 08's backward: 4 query heads over 2 K/V heads
 
 
 _BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
+_FLOAT_TILES = ((32, 32), (32, 16), (32, 8))
 
 # Forward steps of CUDA C: `layout` names how the launcher sizes the grid and shared memory
 # (course.tracks.cuda.forward_config), `tiles` the default (block_m, block_n). `layout="naive"` is one
 # thread per query row (lessons 01 and 02 of Metal too): course.tracks.cuda launches those.
-# Metal steps: `defines` are the #define'd numbers the launcher reads from the file itself.
+# Metal steps: `defines` are the #define'd numbers the launcher reads from the file itself; `layout` how a forward
+# step carves threadgroup memory (course.tracks.metal), `tile_choices` the tiles tried in order when none are given
+# (the first that fits 32 KiB of threadgroup memory at the head dim).
 KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
-    _t("01", "naive", "naive_attention"),
-    _c("01", "naive", "naive_attention", layout="naive"),
-    _m("01", "naive", "naive_attention", layout="naive"),
-    _t("02", "online_softmax", "online_softmax"),
-    _t("02", "online_softmax", "merge", variant="merge", shared_file=True),
-    _t("02", "online_softmax", "online_attention", variant="attention", shared_file=True),
-    _c("02", "online_softmax", "warp_attention", layout="warp_per_row", tiles=(4, 0)),
-    _m("02", "online_softmax", "online_attention", layout="naive"),
-    _t("03", "tiled", "tiled_attention"),
-    _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True),
-    _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N")),
-    _t("04", "double_buffer", "pipelined_attention"),
+    _t("01", "naive", "naive_attention", key_blocks=False, answer_gate_dtype="fp32", gate_cases="forward",
+       gate_calls=(_call("naive_attention", "row row row"),)),
+    _c("01", "naive", "naive_attention", layout="naive", key_blocks=False, ladder_baseline=True),
+    _m("01", "naive", "naive_attention", layout="naive", key_blocks=False, ladder_baseline=True),
+    _t("02", "online_softmax", "online_softmax", key_blocks=False, answer_gate_dtype="fp32", gate_cases="softmax",
+       gate_calls=(_call("online_softmax", "x", "no_head_dim"), _call("partial_states", "x 4", "no_head_dim"))),
+    _t("02", "online_softmax", "merge", variant="merge", shared_file=True, key_blocks=False, answer_gate_dtype="fp32",
+       gate_cases="softmax", gate_calls=(_call("merge", "ml ml ml ml", "no_head_dim"),)),
+    _t("02", "online_softmax", "online_attention", variant="attention", shared_file=True, key_blocks=False,
+       answer_gate_dtype="fp32", gate_cases="softmax",
+       gate_calls=(_call("online_attention", "row row row", "head_dim"),)),
+    _c("02", "online_softmax", "warp_attention", layout="warp_per_row", tiles=(4, 0), key_blocks=False,
+       grading_tiles=(2,), ladder_tiles=((8,), (16,))),
+    _m("02", "online_softmax", "online_attention", layout="naive", key_blocks=False),
+    _t("03", "tiled", "tiled_attention", **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
+    _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True,
+       grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
+    _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), layout="tiled",
+       tile_choices=_FLOAT_TILES, grading_tiles=(8, 8)),
+    _t("04", "double_buffer", "pipelined_attention", technique_probe="pipelining_triton", probe_under_grader=False,
+       **_FORWARD_GATE, gate_calls=(_call("pipelined_attention", _Q3),)),
     _c("04", "double_buffer", "double_buffer_attention", layout="double_buffer", tiles=(16, 32), writes_lse=True,
-       d_multiple=4),
-    _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4),
-    _t("05", "mma", "tensor_core_attention"),
+       d_multiple=4, grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
+    _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4,
+       layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8)),
+    _t("05", "mma", "tensor_core_attention", technique_probe="matrix_units_triton",
+       **_FORWARD_GATE, gate_calls=(_call("tensor_core_attention", _Q3),)),
     _c("05", "mma", "wmma_attention", layout="wmma", tiles=(64, 64), writes_lse=True, half_inputs=True,
-       d_multiple=16),
-    _m("05", "mma", "simdgroup_attention", defines=("MAX_HEAD_DIM",), d_multiple=8, half_inputs=True),
-    _t("06", "causal", "causal_attention"),
+       d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64))),
+    _m("05", "mma", "simdgroup_attention", defines=("MAX_HEAD_DIM",), d_multiple=8, half_inputs=True,
+       layout="simdgroup", tile_choices=((32, 32), (16, 32), (16, 16)), grading_tiles=(16, 16)),
+    _t("06", "causal", "causal_attention", gate_cases="causal",
+       gate_calls=(_call("causal_attention", _Q3, "plain", causal="causal"),
+                   # lesson 08's operator: (B, H, N, D) queries, K and V with H_kv = H / 2 heads
+                   _call("causal_attention_forward", "q4 kv kv causal", "gqa"))),
     _c("06", "causal", "causal_attention", layout="wmma", tiles=(64, 64), writes_lse=True, causal=True,
-       half_inputs=True, d_multiple=16),
-    _t("07", "backward", "attention_backward", variant="atomic", shared_file=True, dq_mode="atomic"),
-    _t("07", "backward", "attention_backward", variant="split", shared_file=True, dq_mode="split"),
-    _c("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic"),
-    _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split"),
-    _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES),
-    _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES),
+       half_inputs=True, d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64))),
+    _t("07", "backward", "attention_backward", variant="atomic", shared_file=True, dq_mode="atomic", backward=True,
+       gate_cases="causal",
+       gate_calls=(_call("attention_backward", "q q q q lse q", "plain", causal="causal", dq_mode="'atomic'"),
+                   _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal", dq_mode="'atomic'"))),
+    _t("07", "backward", "attention_backward", variant="split", shared_file=True, dq_mode="split", backward=True,
+       gate_cases="causal",
+       gate_calls=(_call("attention_backward", "q q q q lse q", "plain", causal="causal", dq_mode="'split'"),
+                   _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal", dq_mode="'split'"))),
+    _c("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", backward=True),
+    _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", backward=True),
+    _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES,
+       backward=True),
+    _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES,
+       backward=True),
     _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
        wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py", "kernels/triton/08_backward.py")),
-    _t("08", "fp8_forward", "fp8_attention"),
+    # Q, K, V already in fp8 with their per-head descales, as fp8_attention hands them to the launch (GQA: 4 query
+    # heads over 2 K/V heads).
+    # e4m3 operands: Triton compiles them from sm_89 on (fp8 tensor cores).
+    _t("08", "fp8_forward", "fp8_attention", answer_gate_target=90, gate_cases="fp8",
+       gate_calls=(_call("fp8_attention_forward", "q4 kv kv descale_q descale_kv descale_kv causal 0.125"),)),
+)
+
+# Given kernel files (no row of their own) that the compile gate compiles too.
+GIVEN_KERNELS: tuple[GivenKernel, ...] = (
+    GivenKernel("kernels/triton/08_backward.py", "causal",
+                (_call("attention_backward", "q q q q lse q", "plain", causal="causal"),
+                 _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal"))),
 )
 
 _BY_ID = {e.id: e for e in KERNEL_EXERCISES}
 
 
+def ladder_baseline(track: str) -> KernelExercise:
+    """The row of ``track`` that declares itself the naive baseline (``ladder_baseline``)."""
+    found = [row for row in KERNEL_EXERCISES if row.track == track and row.ladder_baseline]
+    if len(found) != 1:
+        raise CourseError(f"the {TRACK_NAMES.get(track, track)} track declares {len(found)} naive baselines "
+                          "(ladder_baseline on its rows); it needs one")
+    return found[0]
+
+
 def graded_whole(lesson: str) -> tuple[str, ...]:
     """Kernel files the grader shows with their solutions when it grades ``lesson`` (two digits)."""
     return tuple(path for row in KERNEL_EXERCISES if row.lesson == lesson for path in row.wraps)
+
+
+def gate_declaration(stem: str, track: str = "triton") -> tuple[str, tuple[GateCall, ...]]:
+    """(cases, calls) the compile gate uses for the kernel file ``stem`` (``03_tiled``): the calls of every row
+    that lives in the file, in table order, or those of a given kernel file. ("", ()) when none declares any."""
+    rows = [row for row in KERNEL_EXERCISES if row.track == track and row.stem == stem and row.gate_cases]
+    rows += [given for given in GIVEN_KERNELS if given.stem == stem and given.kernel_file.startswith(f"kernels/{track}/")]
+    if not rows:
+        return "", ()
+    return rows[0].gate_cases, tuple(call for row in rows for call in row.gate_calls)
 
 
 def find(exercise_id: str) -> KernelExercise | None:

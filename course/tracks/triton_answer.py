@@ -331,13 +331,11 @@ class _Graded:
         return self.fn(*args, **kwargs)
 
 
-_GATE_DTYPE = {"01": "fp32", "02": "fp32"}
 _GATE_TARGET = 80
-_GATE_TARGET_OF_STEM = {"08_fp8_forward": 90}  # e4m3 operands: Triton compiles them from sm_89 on (fp8 tensor cores)
 
 
 def _gate_target(row: KernelExercise) -> int:
-    return _GATE_TARGET_OF_STEM.get(row.stem, _GATE_TARGET)
+    return row.answer_gate_target  # what the step's row declares (90 for fp8 operands)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -438,9 +436,9 @@ def compile_server():
 
 
 @functools.lru_cache(maxsize=64)
-def _gate_failures(path: str, stem: str, lesson: str, kernels: tuple[str, ...], target: int = _GATE_TARGET
+def _gate_failures(path: str, stem: str, dtype: str, kernels: tuple[str, ...], target: int = _GATE_TARGET
                    ) -> tuple[str, ...]:
-    matrix = Matrix(lessons=(stem,), dtypes=(_GATE_DTYPE.get(lesson, "fp16"),), head_dims=(64,),
+    matrix = Matrix(lessons=(stem,), dtypes=(dtype,), head_dims=(64,),
                     head_dims_by_dtype=(), causal=(False,), targets=(target,))
     report = compile_server().gate(matrix, Path(path).parent, timeout=300)
     failures = []
@@ -481,7 +479,7 @@ def gate(row: KernelExercise, graded: Callable[..., Any], learner: LearnerKernel
         return
     if learner.stubs:
         _not_implemented(row, learner)
-    failures = _gate_failures(str(path), row.stem, row.lesson, tuple(sorted(learner.kernels)), _gate_target(row))
+    failures = _gate_failures(str(path), row.stem, row.answer_gate_dtype, tuple(sorted(learner.kernels)), _gate_target(row))
     if failures:
         text = "    " + _explain(failures[0], learner)
         raise CheckFailed(f"{row.id}: Triton's compiler for NVIDIA GPUs (sm_{_gate_target(row)}) rejects your kernel, so it "

@@ -365,94 +365,80 @@ def _load_module(path: Path, unique: bool = False):
 
 
 def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
-    if lesson == "02_online_softmax":
+    """The cases the kernel file ``lesson`` declares (its table rows' ``gate_cases``), as the matrix narrows them."""
+    kind, _ = table.gate_declaration(lesson)
+    if kind == "softmax":
         for dtype in m.dtypes:
             yield {"dtype": dtype}  # the row softmax and the merge: no head dim
             for d in m.head_dims_for(dtype):
                 yield {"dtype": dtype, "head_dim": d}  # the one-sweep attention kernel
         return
-    if lesson == "08_fp8_forward":  # its own dtypes: the two fp8 formats, at the 16-bit tensor-core head dims
-        for dtype in FP8_FORMATS:
-            for d in m.head_dims_for("fp16"):
-                for causal in m.causal:
-                    yield {"dtype": dtype, "head_dim": d, "causal": causal}
-                    if m.gqa:
-                        yield {"dtype": dtype, "head_dim": d, "causal": causal, "variant": "GQA"}
-        return
-    for dtype in m.dtypes:
-        for d in m.head_dims_for(dtype):
-            if lesson in ("06_causal", "07_backward", "08_backward"):
-                for causal in m.causal:
-                    yield {"dtype": dtype, "head_dim": d, "causal": causal}
-                    if m.gqa:
-                        yield {"dtype": dtype, "head_dim": d, "causal": causal, "variant": "GQA"}
-            else:
+    if kind not in _CASE_KINDS:
+        raise ValueError(f"the table declares no compile-gate cases for kernels/triton/{lesson}.py (gate_cases on its "
+                         f"row: one of softmax, {', '.join(_CASE_KINDS)})")
+    dtypes, head_dims_of = _CASE_KINDS[kind](m)
+    for dtype in dtypes:
+        for d in head_dims_of(dtype):
+            if kind == "forward":
                 yield {"dtype": dtype, "head_dim": d}
+                continue
+            for causal in m.causal:
+                yield {"dtype": dtype, "head_dim": d, "causal": causal}
+                if m.gqa:
+                    yield {"dtype": dtype, "head_dim": d, "causal": causal, "variant": "GQA"}
+
+
+# Kinds of cases: (dtypes, head dims of a dtype). fp8: its own dtypes, the two fp8 formats, at the 16-bit
+# tensor-core head dims.
+_CASE_KINDS = {"forward": lambda m: (m.dtypes, m.head_dims_for), "causal": lambda m: (m.dtypes, m.head_dims_for),
+               "fp8": lambda m: (FP8_FORMATS, lambda _dtype: m.head_dims_for("fp16"))}
+
+# The tensors a declared call names (course.tracks.table.GateCall): (shape, float32?) from the case's head dim D and
+# K/V heads (2 for a grouped-query case, else 4); N is N_CTX.
+SHAPES = {
+    "row": lambda d, kv: ((N_CTX, d), False),            # one head: (N, D)
+    "q": lambda d, kv: ((2, N_CTX, d), False),           # (B, N, D)
+    "lse": lambda d, kv: ((2, N_CTX), True),
+    "q4": lambda d, kv: ((2, 4, N_CTX, d), False),       # (B, H, N, D), 4 query heads
+    "kv": lambda d, kv: ((2, kv, N_CTX, d), False),      # (B, H_kv, N, D)
+    "lse4": lambda d, kv: ((2, 4, N_CTX), True),
+    "descale_q": lambda d, kv: ((2, 4), True),
+    "descale_kv": lambda d, kv: ((2, kv), True),
+    "x": lambda d, kv: ((4, SOFTMAX_COLS), False),       # rows of a softmax
+    "ml": lambda d, kv: ((4, 4), True),                  # running max or sum of partial states
+}
+_WHEN = {"always": lambda case: True, "plain": lambda case: case.get("variant") != "GQA",
+         "gqa": lambda case: case.get("variant") == "GQA", "head_dim": lambda case: "head_dim" in case,
+         "no_head_dim": lambda case: "head_dim" not in case}
 
 
 def _call_wrappers(module, lesson: str, case: dict) -> None:
-    """Call the lesson's public wrappers the way the exercises do, on fake CUDA tensors."""
+    """Call the lesson's public wrappers the way the exercises do, on fake CUDA tensors: the calls its table rows
+    declare (``gate_calls``) that apply to ``case``."""
+    import ast
     import torch
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
              "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[case["dtype"]]
+    _, calls = table.gate_declaration(lesson)
+    if not calls:
+        raise ValueError(f"the table declares no compile-gate calls for kernels/triton/{lesson}.py (gate_calls on its "
+                         "row)")
+    tensors: dict[str, torch.Tensor] = {}
 
-    def rand(*shape, dt=dtype):
-        return torch.empty(*shape, dtype=dt, device="cuda")
+    def value(word: str):
+        if word == "causal":
+            return case["causal"]
+        if word in SHAPES:
+            if word not in tensors:  # one tensor per word and case, as the exercises pass q for q, k and v
+                shape, fp32 = SHAPES[word](case.get("head_dim"), 2 if case.get("variant") == "GQA" else 4)
+                tensors[word] = torch.empty(*shape, dtype=torch.float32 if fp32 else dtype, device="cuda")
+            return tensors[word]
+        return ast.literal_eval(word)
 
-    if lesson == "02_online_softmax" and "head_dim" in case:
-        q = rand(N_CTX, case["head_dim"])
-        module.online_attention(q, q, q)
-        return
-    if lesson == "02_online_softmax":
-        x = rand(4, SOFTMAX_COLS)
-        module.online_softmax(x)
-        module.partial_states(x, 4)
-        m, l = rand(4, 4, dt=torch.float32), rand(4, 4, dt=torch.float32)
-        module.merge(m, l, m, l)
-        return
-    d = case["head_dim"]
-    if lesson == "01_naive":
-        q = rand(N_CTX, d)
-        module.naive_attention(q, q, q)
-        return
-    q = rand(2, N_CTX, d)
-    if lesson == "03_tiled":
-        module.tiled_attention(q, q, q)
-    elif lesson == "04_double_buffer":
-        module.pipelined_attention(q, q, q)
-    elif lesson == "05_mma":
-        module.tensor_core_attention(q, q, q)
-    elif lesson == "06_causal" and case.get("variant") == "GQA":
-        # Lesson 08's operator: (B, H, N, D) queries, K and V with H_kv = H / 2 heads.
-        kv = rand(2, 2, N_CTX, d)
-        module.causal_attention_forward(rand(2, 4, N_CTX, d), kv, kv, case["causal"])
-    elif lesson == "06_causal":
-        module.causal_attention(q, q, q, causal=case["causal"])
-    elif lesson == "07_backward" and case.get("variant") == "GQA":
-        # Lesson 08's backward: 4 query heads over 2 K/V heads, the head mapping inside the kernels.
-        q4, kv = rand(2, 4, N_CTX, d), rand(2, 2, N_CTX, d)
-        lse = rand(2, 4, N_CTX, dt=torch.float32)
-        for mode in ("atomic", "split"):
-            module.attention_backward_bhnd(q4, kv, kv, q4, lse, q4, causal=case["causal"], dq_mode=mode)
-    elif lesson == "08_fp8_forward":
-        # Q, K, V already in fp8 with their per-head descales, as fp8_attention hands them to the launch (GQA: 4
-        # query heads over 2 K/V heads).
-        heads = 2 if case.get("variant") == "GQA" else 4
-        kv = rand(2, heads, N_CTX, d)
-        module.fp8_attention_forward(rand(2, 4, N_CTX, d), kv, kv, rand(2, 4, dt=torch.float32),
-                                     rand(2, heads, dt=torch.float32), rand(2, heads, dt=torch.float32),
-                                     case["causal"], 0.125)
-    elif lesson == "08_backward" and case.get("variant") == "GQA":
-        q4, kv = rand(2, 4, N_CTX, d), rand(2, 2, N_CTX, d)  # 4 query heads over 2 K/V heads, as lesson 08 calls it
-        module.attention_backward_bhnd(q4, kv, kv, q4, rand(2, 4, N_CTX, dt=torch.float32), q4, causal=case["causal"])
-    elif lesson == "08_backward":
-        module.attention_backward(q, q, q, q, rand(2, N_CTX, dt=torch.float32), q, causal=case["causal"])
-    elif lesson == "07_backward":
-        lse = rand(2, N_CTX, dt=torch.float32)
-        for mode in ("atomic", "split"):
-            module.attention_backward(q, q, q, q, lse, q, causal=case["causal"], dq_mode=mode)
-    else:
-        raise ValueError(f"the gate does not know how to call lesson {lesson!r}")
+    for call in calls:
+        if _WHEN[call.when](case):
+            getattr(module, call.function)(*(value(w) for w in call.args),
+                                           **{name: value(w) for name, w in call.kwargs})
 
 
 def _capture(matrix: Matrix, kernels_dir: Path) -> tuple[list[_Launch], list[Result]]:
