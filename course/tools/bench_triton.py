@@ -76,6 +76,7 @@ from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_
 from course.exercises import check
 from course.inputs import Case
 from course.lessons.lesson08 import Fp8Case
+from course.tracks import table
 from course.tracks import triton as triton_track
 from course.tracks.triton import STEPS, solution
 
@@ -557,11 +558,15 @@ def _load_lesson(kernel: Kernel) -> Callable[..., Any]:
     fn = triton_track.solution(triton_track.step(kernel.exercise), tuned=kernel.key != DIRECT.key)
     if kernel.key == FP8.key:
         return _fp8_runner(fn)
-    if kernel.key in ("03", "04", "05"):
-        return lambda q, k, v, causal: fn(q, k, v)[0]
-    if kernel.key == "06":
-        return lambda q, k, v, causal: fn(q, k, v, causal)[0]
-    return lambda q, k, v, causal: fn(q, k, v, causal=causal)
+    return _CALLS[table.exercise(kernel.exercise).bench_call](fn)
+
+
+# How a step's solution gives O, by what its row declares (bench_call).
+_CALLS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "qkv": lambda fn: lambda q, k, v, causal: fn(q, k, v)[0],
+    "qkv_causal": lambda fn: lambda q, k, v, causal: fn(q, k, v, causal)[0],
+    "": lambda fn: lambda q, k, v, causal: fn(q, k, v, causal=causal),
+}
 
 
 def _with_lesson07_backward() -> Callable[..., Any]:
@@ -806,21 +811,18 @@ def run_gpu(plan: Plan, results: list[Measurement], backend: Backend | None = No
 # ----------------------------------------------------------------------------------------------
 
 def smoke_cases() -> dict[str, Any]:
-    """One tiny case per step of the Triton track (interpreter-sized: the whole smoke takes seconds)."""
-    return {
-        "01.naive_triton": Case(9, 9, 16),
-        "02.online_softmax_triton": Case(5, 40, 16),
-        "02.online_softmax_merge_triton": Case(5, 40, 16, seed=1),
-        "02.online_softmax_attention_triton": Case(9, 40, 16, seed=9),
-        "03.tiled_triton": Case(17, 33, 32, seed=2),
-        "04.double_buffer_triton": Case(17, 33, 32, seed=3),
-        "05.mma_triton": Case(17, 33, 32, dtype=torch.float16, seed=4),
-        "06.causal_triton": Case(17, 33, 32, causal=True, seed=5),
-        "07.backward_atomic_triton": Case(17, 17, 16, causal=True, seed=6),
-        "07.backward_split_triton": Case(17, 17, 16, causal=True, seed=7),
-        "08.flash_attention_triton": Case(17, 17, 16, batch=(1, 2), causal=True, seed=8),
-        "08.fp8_forward_triton": Fp8Case(1, 2, 1, 17, 17, 32, causal=True, seed=9),
-    }
+    """One tiny case per step of the Triton track (interpreter-sized: the whole smoke takes seconds), as each step's
+    row declares it (``smoke_case``)."""
+    return {row.id: _smoke_case(row.smoke_case) for row in table.exercises(track="triton") if row.smoke_case}
+
+
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def _smoke_case(declared: dict[str, Any]) -> Any:
+    if "kv_heads" in declared:  # Q heads over fewer K/V heads: an input of the fp8 forward
+        return Fp8Case(**declared)
+    return Case(**{name: _DTYPES[value] if name == "dtype" else value for name, value in declared.items()})
 
 
 def run_smoke(log: Callable[[str], None] = print) -> bool:

@@ -104,6 +104,14 @@ class KernelExercise:
     take float32 inputs)."""
     answer_gate_target: int = 80
     """The NVIDIA target (sm_NN) that compile is for: 90 for a step whose operands only newer GPUs take."""
+    bench_call: str = ""
+    """How the Triton benchmark (``course.tools.bench_triton``) calls the step's solution for O: ``qkv``
+    (``fn(q, k, v)`` returns (O, LSE)), ``qkv_causal`` (``fn(q, k, v, causal)`` returns (O, LSE)); empty:
+    ``fn(q, k, v, causal=causal)`` returns O."""
+    smoke_case: dict[str, Any] = field(default_factory=dict)
+    """The one small case the benchmark's smoke checks the step on: keyword arguments of ``course.inputs.Case``
+    (``dtype`` by name: ``fp16``), or of lesson 08's ``Fp8Case`` when they name ``kv_heads``. Empty: a 17 x 17
+    case at D = 16."""
     technique_probe: str = ""
     """A function of ``course.grading.measured`` that measures the lesson's technique in the learner's compiled
     kernel after the answer passes (``matrix_units_triton``: both products on tl.dot)."""
@@ -145,7 +153,8 @@ class KernelExercise:
 
 
 _DECLARATIONS = ("backward", "key_blocks", "grading_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
-                 "answer_gate_target", "technique_probe", "probe_under_grader", "gate_cases", "gate_calls")
+                 "answer_gate_target", "bench_call", "smoke_case", "technique_probe", "probe_under_grader",
+                 "gate_cases", "gate_calls")
 
 
 def _row(lesson, step, track, entry, variant="", shared_file=False, learner_wrapper=False, wraps=(), **options):
@@ -181,6 +190,10 @@ class GivenKernel:
 # What the compile gate calls, shared by several rows.
 _Q3 = "q q q"
 _FORWARD_GATE = dict(gate_cases="forward")
+
+
+def _smoke(n_q: int, n_k: int, d: int, **more: Any) -> dict[str, Any]:
+    return dict(n_q=n_q, n_k=n_k, d=d, **more)
 _BACKWARD_GQA = "q4 kv kv q4 lse4 q4"  # lesson 08's backward: 4 query heads over 2 K/V heads
 
 
@@ -194,49 +207,54 @@ _FLOAT_TILES = ((32, 32), (32, 16), (32, 8))
 # step carves threadgroup memory (course.tracks.metal), `tile_choices` the tiles tried in order when none are given
 # (the first that fits 32 KiB of threadgroup memory at the head dim).
 KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
-    _t("01", "naive", "naive_attention", key_blocks=False, answer_gate_dtype="fp32", gate_cases="forward",
+    _t("01", "naive", "naive_attention", key_blocks=False, answer_gate_dtype="fp32", smoke_case=_smoke(9, 9, 16),
+       gate_cases="forward",
        gate_calls=(_call("naive_attention", "row row row"),)),
     _c("01", "naive", "naive_attention", layout="naive", key_blocks=False, ladder_baseline=True),
     _m("01", "naive", "naive_attention", layout="naive", key_blocks=False, ladder_baseline=True),
-    _t("02", "online_softmax", "online_softmax", key_blocks=False, answer_gate_dtype="fp32", gate_cases="softmax",
+    _t("02", "online_softmax", "online_softmax", key_blocks=False, answer_gate_dtype="fp32",
+       smoke_case=_smoke(5, 40, 16), gate_cases="softmax",
        gate_calls=(_call("online_softmax", "x", "no_head_dim"), _call("partial_states", "x 4", "no_head_dim"))),
     _t("02", "online_softmax", "merge", variant="merge", shared_file=True, key_blocks=False, answer_gate_dtype="fp32",
-       gate_cases="softmax", gate_calls=(_call("merge", "ml ml ml ml", "no_head_dim"),)),
+       smoke_case=_smoke(5, 40, 16, seed=1), gate_cases="softmax", gate_calls=(_call("merge", "ml ml ml ml", "no_head_dim"),)),
     _t("02", "online_softmax", "online_attention", variant="attention", shared_file=True, key_blocks=False,
-       answer_gate_dtype="fp32", gate_cases="softmax",
+       answer_gate_dtype="fp32", smoke_case=_smoke(9, 40, 16, seed=9), gate_cases="softmax",
        gate_calls=(_call("online_attention", "row row row", "head_dim"),)),
     _c("02", "online_softmax", "warp_attention", layout="warp_per_row", tiles=(4, 0), key_blocks=False,
        grading_tiles=(2,), ladder_tiles=((8,), (16,))),
     _m("02", "online_softmax", "online_attention", layout="naive", key_blocks=False),
-    _t("03", "tiled", "tiled_attention", **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
+    _t("03", "tiled", "tiled_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=2), **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
     _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True,
        grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
     _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), layout="tiled",
        tile_choices=_FLOAT_TILES, grading_tiles=(8, 8)),
-    _t("04", "double_buffer", "pipelined_attention", technique_probe="pipelining_triton", probe_under_grader=False,
+    _t("04", "double_buffer", "pipelined_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=3),
+       technique_probe="pipelining_triton", probe_under_grader=False,
        **_FORWARD_GATE, gate_calls=(_call("pipelined_attention", _Q3),)),
     _c("04", "double_buffer", "double_buffer_attention", layout="double_buffer", tiles=(16, 32), writes_lse=True,
        d_multiple=4, grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
     _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4,
        layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8)),
-    _t("05", "mma", "tensor_core_attention", technique_probe="matrix_units_triton",
+    _t("05", "mma", "tensor_core_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, dtype="fp16", seed=4),
+       technique_probe="matrix_units_triton",
        **_FORWARD_GATE, gate_calls=(_call("tensor_core_attention", _Q3),)),
     _c("05", "mma", "wmma_attention", layout="wmma", tiles=(64, 64), writes_lse=True, half_inputs=True,
        d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64))),
     _m("05", "mma", "simdgroup_attention", defines=("MAX_HEAD_DIM",), d_multiple=8, half_inputs=True,
        layout="simdgroup", tile_choices=((32, 32), (16, 32), (16, 16)), grading_tiles=(16, 16)),
-    _t("06", "causal", "causal_attention", gate_cases="causal",
+    _t("06", "causal", "causal_attention", bench_call="qkv_causal", smoke_case=_smoke(17, 33, 32, causal=True, seed=5),
+       gate_cases="causal",
        gate_calls=(_call("causal_attention", _Q3, "plain", causal="causal"),
                    # lesson 08's operator: (B, H, N, D) queries, K and V with H_kv = H / 2 heads
                    _call("causal_attention_forward", "q4 kv kv causal", "gqa"))),
     _c("06", "causal", "causal_attention", layout="wmma", tiles=(64, 64), writes_lse=True, causal=True,
        half_inputs=True, d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64))),
     _t("07", "backward", "attention_backward", variant="atomic", shared_file=True, dq_mode="atomic", backward=True,
-       gate_cases="causal",
+       smoke_case=_smoke(17, 17, 16, causal=True, seed=6), gate_cases="causal",
        gate_calls=(_call("attention_backward", "q q q q lse q", "plain", causal="causal", dq_mode="'atomic'"),
                    _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal", dq_mode="'atomic'"))),
     _t("07", "backward", "attention_backward", variant="split", shared_file=True, dq_mode="split", backward=True,
-       gate_cases="causal",
+       smoke_case=_smoke(17, 17, 16, causal=True, seed=7), gate_cases="causal",
        gate_calls=(_call("attention_backward", "q q q q lse q", "plain", causal="causal", dq_mode="'split'"),
                    _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal", dq_mode="'split'"))),
     _c("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", backward=True),
@@ -246,11 +264,13 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES,
        backward=True),
     _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
+       smoke_case=_smoke(17, 17, 16, batch=(1, 2), causal=True, seed=8),
        wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py", "kernels/triton/08_backward.py")),
     # Q, K, V already in fp8 with their per-head descales, as fp8_attention hands them to the launch (GQA: 4 query
     # heads over 2 K/V heads).
     # e4m3 operands: Triton compiles them from sm_89 on (fp8 tensor cores).
     _t("08", "fp8_forward", "fp8_attention", answer_gate_target=90, gate_cases="fp8",
+       smoke_case=dict(batch=1, heads=2, kv_heads=1, n_q=17, n_k=17, d=32, causal=True, seed=9),
        gate_calls=(_call("fp8_attention_forward", "q4 kv kv descale_q descale_kv descale_kv causal 0.125"),)),
 )
 
