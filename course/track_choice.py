@@ -20,17 +20,17 @@ from typing import Any
 from course.errors import CheckFailed
 from course.exercises import EXERCISES, check
 from course.grading import exercise as grading_run
+from course.tracks import table
 from course.tracks.table import TRACK_NAMES
 
 __all__ = ["TRACK_NAMES", "STEPS", "TOUCHED", "exercise_for", "check_tracks"]
 
 
-# Steps whose exercise ids do not follow "<step>_<track>": a Triton file that holds more than one
-# exercise names the graded one by its variant.
+# Steps whose exercise ids do not follow "<step>_<track>" (a Triton file that holds more than one exercise names the
+# graded one by its variant), as their rows declare them (across_tracks): step → track → exercise id.
 STEPS: dict[str, dict[str, str]] = {
-    "02.online_attention": {"triton": "02.online_softmax_attention_triton", "cuda": "02.online_softmax_cuda",
-                            "metal": "02.online_softmax_metal"},
-}
+    step: {row.track: row.id for row in table.KERNEL_EXERCISES if row.across_tracks == step}
+    for step in dict.fromkeys(row.across_tracks for row in table.KERNEL_EXERCISES if row.across_tracks)}
 
 
 # What the learner's checks showed of the tracks they study, in this kernel: step → the tracks its last

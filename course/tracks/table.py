@@ -104,6 +104,9 @@ class KernelExercise:
     take float32 inputs)."""
     answer_gate_target: int = 80
     """The NVIDIA target (sm_NN) that compile is for: 90 for a step whose operands only newer GPUs take."""
+    across_tracks: str = ""
+    """The name ``course.check_tracks`` asks for this step by in every track, where the rule's
+    ``<lesson>.<step>`` does not name it (``02.online_attention``: in Triton the graded one of a file of three)."""
     bench_call: str = ""
     """How the Triton benchmark (``course.tools.bench_triton``) calls the step's solution for O: ``qkv``
     (``fn(q, k, v)`` returns (O, LSE)), ``qkv_causal`` (``fn(q, k, v, causal)`` returns (O, LSE)); empty:
@@ -152,7 +155,7 @@ class KernelExercise:
         return f"python -m course run {self.lesson} --track {self.track}{variant}"
 
 
-_DECLARATIONS = ("backward", "key_blocks", "grading_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
+_DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
                  "answer_gate_target", "bench_call", "smoke_case", "technique_probe", "probe_under_grader",
                  "gate_cases", "gate_calls")
 
@@ -199,6 +202,7 @@ _BACKWARD_GQA = "q4 kv kv q4 lse4 q4"  # lesson 08's backward: 4 query heads ove
 
 _BACKWARD_DEFINES = ("BLOCK_M", "BLOCK_N", "THREADS", "MAX_HEAD_DIM")
 _FLOAT_TILES = ((32, 32), (32, 16), (32, 8))
+_ONLINE_ATTENTION = "02.online_attention"  # lesson 02's attention in one sweep, in each track
 
 # Forward steps of CUDA C: `layout` names how the launcher sizes the grid and shared memory
 # (course.tracks.cuda.forward_config), `tiles` the default (block_m, block_n). `layout="naive"` is one
@@ -218,11 +222,12 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _t("02", "online_softmax", "merge", variant="merge", shared_file=True, key_blocks=False, answer_gate_dtype="fp32",
        smoke_case=_smoke(5, 40, 16, seed=1), gate_cases="softmax", gate_calls=(_call("merge", "ml ml ml ml", "no_head_dim"),)),
     _t("02", "online_softmax", "online_attention", variant="attention", shared_file=True, key_blocks=False,
-       answer_gate_dtype="fp32", smoke_case=_smoke(9, 40, 16, seed=9), gate_cases="softmax",
+       across_tracks=_ONLINE_ATTENTION, answer_gate_dtype="fp32", smoke_case=_smoke(9, 40, 16, seed=9), gate_cases="softmax",
        gate_calls=(_call("online_attention", "row row row", "head_dim"),)),
     _c("02", "online_softmax", "warp_attention", layout="warp_per_row", tiles=(4, 0), key_blocks=False,
+       across_tracks=_ONLINE_ATTENTION,
        grading_tiles=(2,), ladder_tiles=((8,), (16,))),
-    _m("02", "online_softmax", "online_attention", layout="naive", key_blocks=False),
+    _m("02", "online_softmax", "online_attention", layout="naive", key_blocks=False, across_tracks=_ONLINE_ATTENTION),
     _t("03", "tiled", "tiled_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=2), **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
     _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True,
        grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
