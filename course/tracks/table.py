@@ -13,6 +13,12 @@ Exercises that are plain Python in a notebook (``01.attention_torch``) have no t
 :mod:`course.exercises` registers those. The tests, benchmarks, compile gates, corpora, notebooks and
 slides all walk this table, so a new step is added here once.
 
+A row also declares the step's settings that shared code needs: how the Triton compile gate calls its file
+(``gate_cases``, ``gate_calls``), the grader's checked tiles, the CUDA ladder's tiles, the benchmark's call and
+smoke case, a technique probe, whether it is a backward step or walks the keys in blocks. Shared code reads
+these and never compares or keys anything by a lesson number, stem or exercise id
+(``tests/tools/test_no_lesson_branches.py`` holds that).
+
 Its rows are ``KERNEL_EXERCISES`` (the learner's registry, every exercise ``course.check`` knows, is
 ``course.exercises.EXERCISES``). Callers reach the lookups through the module, ``from course.tracks import
 table`` then ``table.exercise(id)``, ``table.exercises(track=..., lesson=...)``, ``table.find(id)``,

@@ -16,6 +16,8 @@ How the gate finds out what to compile, without drifting from the kernels:
    files from ``kernels/triton/`` and calls each lesson's real Python wrapper on *fake CUDA
    tensors* (``torch``'s FakeTensorMode: shapes, dtypes, strides and ``device='cuda'`` but no
    memory), so every wrapper takes its GPU branch (block sizes, warps, stages, dQ buffers, ...).
+   Which wrappers, on which cases and with which arguments, each file's table rows declare
+   (``gate_cases`` and ``gate_calls`` in ``course.tracks.table``): the gate names no lesson.
 2. ``kernel[grid](...)`` is intercepted: nothing runs, the launch's arguments are recorded.
 3. Each recorded launch is specialised exactly as ``JITFunction.run`` would (Triton's own binder:
    pointer dtypes, 16-divisibility of ints and pointers, constexprs, launch options) and compiled
