@@ -6,7 +6,7 @@ ASSIGNMENT ?= 01_naive_attention
 # `make lab` opens the course on the CPU tier; `make lab TIER=auto` uses a GPU when there is one.
 TIER ?= cpu
 
-.PHONY: setup setup-grade setup-test lab lab-instructor test test-fast test-gpu release check-release grade doctor bench slides clean
+.PHONY: setup setup-grade setup-test lab lab-instructor hub test test-fast test-gpu release check-release grade doctor bench slides clean
 
 setup:
 	@scripts/setup.sh
@@ -25,6 +25,12 @@ lab: setup
 # The instructor's lab: the whole repository (solutions/ included), nbgrader's tools on, JupyterLab's news off.
 lab-instructor: setup
 	COURSE_TIER=$(TIER) $(PY) -m course.tools.lab instructor
+
+# A class on JupyterHub on this machine, at http://127.0.0.1:8000 (users: hub/users.toml; docs/grading.md, "A class
+# on JupyterHub"): students fetch and submit from the Assignments tab, the instructor grades with the course's grader.
+hub:
+	@scripts/setup.sh --hub
+	COURSE_TIER=$(TIER) $(PY) -m autograder.hub serve
 
 test: setup-test
 	$(PY) -m pytest -n 2 --dist worksteal --durations=15

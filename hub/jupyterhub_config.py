@@ -1,12 +1,12 @@
-"""JupyterHub for a class on one machine; started by `make hub` (`python -m course.tools.hub serve`), which sets the
-COURSE_HUB_* variables read here. course/tools/hub.py says what each user's server is; docs/grading.md ("A class on
+"""JupyterHub for a class on one machine; started by `make hub` (`python -m autograder.hub serve`), which sets the
+COURSE_HUB_* variables read here. autograder/hub.py says what each user's server is; docs/grading.md ("A class on
 JupyterHub") says what a real deployment changes.
 """
 import os
 import sys
 from pathlib import Path
 
-from course.tools.hub import STATE_ENV, USERS_ENV, HubPaths, Roster, prepare_server
+from autograder.hub import STATE_ENV, USERS_ENV, HubPaths, Roster, _spawner_class, prepare_server
 
 c = get_config()  # noqa: F821
 
@@ -34,7 +34,7 @@ c.Authenticator.allowed_users = set(roster.users)
 
 # Each server runs as this machine's user, in a home of its own; prepare_server writes the home and the configuration
 # (the learner's lab for a student, the formgrader for an instructor).
-c.JupyterHub.spawner_class = "simple"
+c.JupyterHub.spawner_class = _spawner_class()
 c.SimpleLocalProcessSpawner.home_dir_template = str(paths.state / "home" / "{username}")
 c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
 c.Spawner.args = ["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []
@@ -42,6 +42,8 @@ c.Spawner.default_url = "/lab"
 c.Spawner.pre_spawn_hook = prepare_server
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
-# Stopping the hub stops every server it started, and the proxy.
+# Stopping the hub stops every server it started (SIGTERM, so that each shuts its kernels down first; on a busy machine
+# that may take more than JupyterHub's 5 s before SIGKILL), and the proxy.
+c.LocalProcessSpawner.term_timeout = 30
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True

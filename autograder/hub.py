@@ -1,11 +1,11 @@
 """A class on JupyterHub on this machine: students fetch and submit through nbgrader's exchange, the instructor
 releases, collects, grades with the course's grader and returns feedback.
 
-    python -m course.tools.hub serve [--port 8000] [--state build/hub] [--users hub/users.toml]
-    python -m course.tools.hub release ASSIGNMENT     (the instructor, in a terminal of their hub server)
-    python -m course.tools.hub collect ASSIGNMENT
-    python -m course.tools.hub grade ASSIGNMENT [--jobs N]
-    python -m course.tools.hub feedback ASSIGNMENT
+    python -m autograder.hub serve [--port 8000] [--state build/hub] [--users hub/users.toml]
+    python -m autograder.hub release ASSIGNMENT    (the instructor, in a terminal of their hub server)
+    python -m autograder.hub collect ASSIGNMENT
+    python -m autograder.hub grade ASSIGNMENT [--jobs N]
+    python -m autograder.hub feedback ASSIGNMENT
 
 ``serve`` starts JupyterHub (``hub/jupyterhub_config.py``) with its proxy, configurable-http-proxy, which
 ``scripts/setup.sh --hub`` installs from npm into ``.venv/node_modules``. Users come from ``hub/users.toml``.
@@ -33,17 +33,28 @@ from __future__ import annotations
 import argparse
 import csv
 import html
+import io
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.coursedir import COURSE_ID
 from course.paths import CHECKOUT, REPO
+from course.tools.lab import ANNOUNCEMENTS_PLUGIN, build
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser under its old name, when installed
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        tomllib = None
 
 __all__ = ["HUB_CONFIG", "DEFAULT_USERS", "DEFAULT_STATE", "Roster", "HubError", "HubPaths", "proxy_command",
            "prepare_server", "release", "collect", "grade", "release_feedback", "class_table", "main"]
@@ -81,6 +92,8 @@ class Roster:
 
     @classmethod
     def load(cls, path: Path = DEFAULT_USERS) -> "Roster":
+        if tomllib is None:
+            raise HubError(f"reading the class list {path} needs Python 3.11, or `pip install tomli` on Python 3.10.")
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -136,11 +149,6 @@ class HubPaths:
         return self.home(instructor) / "grades"
 
 
-def _course_id() -> str:
-    from autograder.coursedir import COURSE_ID
-    return COURSE_ID
-
-
 def proxy_command() -> list[str]:
     """configurable-http-proxy: the one `scripts/setup.sh --hub` installed, else one on PATH."""
     if PROXY.is_file():
@@ -160,26 +168,23 @@ def _write(path: Path, text: str) -> None:
 
 
 def _nbgrader_config(settings: dict[str, str]) -> str:
-    lines = ['"""nbgrader settings of this hub user (written by python -m course.tools.hub)."""',
+    lines = ['"""nbgrader settings of this hub user (written by python -m autograder.hub)."""',
              "c = get_config()  # noqa: F821"]
     lines += [f"c.{key} = {value!r}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
 
 
 def _json(data: dict) -> str:
-    import json
     return json.dumps(data, indent=2) + "\n"
 
 
 def _instructor_settings(paths: HubPaths, instructor: str) -> dict[str, str]:
-    return {"CourseDirectory.root": str(paths.course(instructor)), "CourseDirectory.course_id": _course_id(),
+    return {"CourseDirectory.root": str(paths.course(instructor)), "CourseDirectory.course_id": COURSE_ID,
             "Exchange.root": str(paths.exchange)}
 
 
 def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
     """Write ``user``'s home and configuration; returns the environment their server needs."""
-    from course.tools.lab import ANNOUNCEMENTS_PLUGIN, build
-
     home, config = paths.home(user), paths.config(user)
     paths.exchange.mkdir(parents=True, exist_ok=True)
     paths.exchange.chmod(0o777)  # nbgrader's exchange is writable by everyone; inbound submissions are hidden
@@ -193,7 +198,7 @@ def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
     elif user in roster.students:
         build(home)  # the learner's lab: student notebooks and kernels without solutions; keeps what they changed
         _write(config / "nbgrader_config.py", _nbgrader_config({
-            "CourseDirectory.course_id": _course_id(), "Exchange.root": str(paths.exchange),
+            "CourseDirectory.course_id": COURSE_ID, "Exchange.root": str(paths.exchange),
             "CourseDirectory.student_id": user}))
         server = {name: False for name in _INSTRUCTOR_SERVER_EXTENSIONS}
         server.update({name: True for name in _STUDENT_SERVER_EXTENSIONS})
@@ -204,9 +209,27 @@ def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
     else:
         raise HubError(f"{user!r} is not in the class list.")
     home.mkdir(parents=True, exist_ok=True)
-    return {"JUPYTER_CONFIG_PATH": str(config), STATE_ENV: str(paths.state),
+    # This environment's programs first: `python` in the user's terminal is the course's (and so are nbgrader's).
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+    return {"JUPYTER_CONFIG_PATH": str(config), STATE_ENV: str(paths.state), "PATH": path,
             USERS_ENV: os.environ.get(USERS_ENV, str(DEFAULT_USERS)),
             "COURSE_TIER": os.environ.get("COURSE_TIER", "cpu")}
+
+
+def _spawner_class():
+    from jupyterhub.spawner import SimpleLocalProcessSpawner  # here, not on top: only the hub process has JupyterHub
+
+    class CourseSpawner(SimpleLocalProcessSpawner):
+        """JupyterHub's SimpleLocalProcessSpawner, stopping a server with SIGTERM rather than SIGINT first.
+
+        Without a terminal, jupyter_server exits on SIGINT without shutting its kernels down (they outlive it until
+        they notice their parent is gone, which they never do under a subreaper); on SIGTERM it shuts them down
+        first. SIGKILL still follows after ``term_timeout``."""
+
+        async def stop(self, now=False):
+            return await super().stop(now=True)
+
+    return CourseSpawner
 
 
 def prepare_server(spawner) -> None:
@@ -256,7 +279,7 @@ def release(assignment: str, instructor: str | None = None) -> str:
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(folder, target, ignore=shutil.ignore_patterns(".*", "__pycache__"))
     _nbgrader(paths.course(who), "release_assignment", assignment, "--force")
-    return f"released {assignment} to the students of {_course_id()}"
+    return f"released {assignment} to the students of {COURSE_ID}"
 
 
 def collect(assignment: str, instructor: str | None = None) -> str:
@@ -289,7 +312,7 @@ def grade(assignment: str, instructor: str | None = None, jobs: int = 1) -> str:
             shutil.copy2(notebook, handed_in / folder.parent.name / notebook.name)
             collected[folder.parent.name] = folder
     if not collected:
-        raise HubError(f"nothing of {assignment} has been collected yet: run `python -m course.tools.hub collect "
+        raise HubError(f"nothing of {assignment} has been collected yet: run `python -m autograder.hub collect "
                        f"{assignment}` first.")
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", str(handed_in), "--assignment", assignment,
                            "--workdir", str(work), "--jobs", str(jobs)], cwd=_SOURCE)
@@ -310,7 +333,7 @@ def grade(assignment: str, instructor: str | None = None, jobs: int = 1) -> str:
     _write(paths.grades(who) / f"{assignment}.csv", _table_csv(rows))
     _write(paths.grades(who) / f"{assignment}.html", _table_html(assignment, rows))
     return (f"graded {assignment}: the class's table is {paths.grades(who) / (assignment + '.html')}; "
-            f"`python -m course.tools.hub feedback {assignment}` returns the feedback")
+            f"`python -m autograder.hub feedback {assignment}` returns the feedback")
 
 
 def class_table(grades_csv: Path, students: tuple[str, ...]) -> list[dict[str, str]]:
@@ -329,7 +352,6 @@ def class_table(grades_csv: Path, students: tuple[str, ...]) -> list[dict[str, s
 
 
 def _table_csv(rows: list[dict[str, str]]) -> str:
-    import io
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=["student", "score", "max_score", "status"], lineterminator="\n")
     writer.writeheader()
@@ -353,7 +375,7 @@ def release_feedback(assignment: str, instructor: str | None = None) -> str:
     paths, _, who = _context(instructor)
     pages = sorted((paths.course(who) / "feedback").glob(f"*/{assignment}/{assignment}.html"))
     if not pages:
-        raise HubError(f"there is no feedback for {assignment} yet: run `python -m course.tools.hub grade "
+        raise HubError(f"there is no feedback for {assignment} yet: run `python -m autograder.hub grade "
                        f"{assignment}` first.")
     _nbgrader(paths.course(who), "release_feedback", assignment)
     return f"released the feedback of {assignment} to {', '.join(p.parent.parent.name for p in pages)}"
@@ -382,7 +404,7 @@ def serve_command(state: Path, users: Path, port: int) -> tuple[list[str], dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.tools.hub",
+    parser = argparse.ArgumentParser(prog="python -m autograder.hub",
                                      description="A class on JupyterHub: serve it, and the instructor's steps "
                                                  "(release, collect, grade, feedback).")
     sub = parser.add_subparsers(dest="command", required=True)
