@@ -209,7 +209,7 @@ def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
     else:
         raise HubError(f"{user!r} is not in the class list.")
     home.mkdir(parents=True, exist_ok=True)
-    # This environment's programs first: `python` in the user's terminal is the course's (and so are nbgrader's).
+    # This environment's programs first on the server's PATH (nbgrader runs some, `alembic` for one, by name).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
     return {"JUPYTER_CONFIG_PATH": str(config), STATE_ENV: str(paths.state), "PATH": path,
             USERS_ENV: os.environ.get(USERS_ENV, str(DEFAULT_USERS)),
