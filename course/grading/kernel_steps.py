@@ -34,6 +34,13 @@ CHECKED_TIER = "CPU SIMT runtime (memcheck + racecheck, random schedule)"
 GRADING_TILES: dict[str, Tiles] = {row.id: Tiles(*row.grading_tiles) for row in table.KERNEL_EXERCISES
                                    if row.grading_tiles}
 
+# One more checked case for the steps that declare ``two_group_tiles``: 40 query rows in a threadgroup of 64 rows,
+# so rows of both simdgroups (warps) load and read the shared K/V tiles; a barrier that makes only one simdgroup meet
+# is a race there, which the grading tiles (one simdgroup per threadgroup) cannot show.
+TWO_GROUP_TILES: dict[str, Tiles] = {row.id: Tiles(*row.two_group_tiles) for row in table.KERNEL_EXERCISES
+                                     if row.two_group_tiles}
+TWO_GROUP_CASE = Case(40, 20, 16, seed=50)
+
 # Per language, by the multiple of which a step needs D: a head dim that is not a power of two and that the
 # step accepts (Metal's step 03 gets an odd one).
 ODD_HEAD_DIMS = {"cuda": {1: 40, 4: 20, 16: 48}, "metal": {1: 33, 4: 20, 8: 24}}
@@ -134,12 +141,15 @@ def _check(exercise: str, module: RawModule, cases: list[Case], tiles: Tiles | N
 def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence[Case] | None = None,
                plain_cases: Sequence[Case] | None = None, tiles: Tiles | None = None, device: str = "cpu") -> Report:
     """Grade ``module`` as step ``exercise`` against the float64 oracle within the error budget: the small cases
-    under GRADING_LAUNCH (memcheck + racecheck, random schedule) with GRADING_TILES, then the larger ones in a
-    plain launch with the step's default tiles (``tiles``, when given, in both). ``device="gpu"`` runs the plain
-    cases of a Metal step on a Mac's GPU instead (the checking modes exist only on the CPU runtime). Returns the
+    under GRADING_LAUNCH (memcheck + racecheck, random schedule) with GRADING_TILES (and, for a step that declares
+    two_group_tiles, TWO_GROUP_CASE with those tiles), then the larger ones in a plain launch with the step's default
+    tiles (``tiles``, when given, in both). ``device="gpu"`` runs the plain cases of a Metal step on a Mac's GPU instead (the checking modes exist only on the CPU runtime). Returns the
     report; raises CheckFailed."""
     _known(exercise)
     default_checked, default_plain = grading_cases(exercise)
+    # The case of two simdgroups per threadgroup comes with the default checked cases and the default tiles.
+    two_groups = [replace(TWO_GROUP_CASE, dtype=default_checked[0].dtype)] \
+        if checked_cases is None and tiles is None and exercise in TWO_GROUP_TILES else []
     checked_cases = default_checked if checked_cases is None else list(checked_cases)
     plain_cases = default_plain if plain_cases is None else list(plain_cases)
     if device == "gpu":
@@ -149,6 +159,8 @@ def check_step(exercise: str, module: RawModule, *, checked_cases: Sequence[Case
         need(device == "cpu", f"device must be 'cpu' (the CPU runtime) or 'gpu' (a Mac's GPU), got {device!r}")
         runs = [(checked_cases, GRADING_LAUNCH, tiles or GRADING_TILES.get(exercise), CHECKED_TIER),
                 (plain_cases, {}, tiles, "CPU SIMT runtime")]
+        if two_groups:
+            runs.insert(1, (two_groups, GRADING_LAUNCH, TWO_GROUP_TILES[exercise], CHECKED_TIER))
     report = None
     for cases, launch, run_tiles, tier in runs:
         if not cases:

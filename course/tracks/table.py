@@ -99,6 +99,10 @@ class KernelExercise:
     grading_tiles: tuple[int, ...] = ()
     """(block_m[, block_n]) of the grader's checked launch (memcheck + racecheck) of a CUDA C or Metal step:
     small, so that small cases still cross several blocks and K/V tiles. Empty: the step's default tiles."""
+    two_group_tiles: tuple[int, ...] = ()
+    """(block_m, block_n) of one more checked case whose threadgroup (block) holds two simdgroups (warps) of rows: a
+    ``simdgroup_barrier`` (``__syncwarp``) where the whole threadgroup must meet is a race only there, and the
+    grading tiles keep every threadgroup within one simdgroup. Empty: no such case."""
     ladder_tiles: tuple[tuple[int, ...], ...] = ()
     """CUDA C forward ladder (``course.tools.bench_cuda``): the tile sizes validated and timed besides the step's
     default. A step that declares any is on the ladder."""
@@ -161,7 +165,7 @@ class KernelExercise:
         return f"python -m course run {self.lesson} --track {self.track}{variant}"
 
 
-_DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
+_DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "two_group_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
                  "answer_gate_target", "bench_call", "smoke_case", "technique_probe", "probe_under_grader",
                  "gate_cases", "gate_calls")
 
@@ -238,14 +242,14 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True,
        grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
     _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), layout="tiled",
-       tile_choices=_FLOAT_TILES, grading_tiles=(8, 8)),
+       tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8)),
     _t("04", "double_buffer", "pipelined_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=3),
        technique_probe="pipelining_triton", probe_under_grader=False,
        **_FORWARD_GATE, gate_calls=(_call("pipelined_attention", _Q3),)),
     _c("04", "double_buffer", "double_buffer_attention", layout="double_buffer", tiles=(16, 32), writes_lse=True,
        d_multiple=4, grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
     _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4,
-       layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8)),
+       layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8)),
     _t("05", "mma", "tensor_core_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, dtype="fp16", seed=4),
        technique_probe="matrix_units_triton",
        **_FORWARD_GATE, gate_calls=(_call("tensor_core_attention", _Q3),)),

@@ -46,7 +46,7 @@ class WrongMetalKernel(WrongKernel):
             measured.simt_step_techniques(self.exercise, module)
         small, _ = grading_cases(self.exercise)  # one thread per row (01, 02): CUDA's lesson-01 launch and cases
         if self.checked:
-            run = lambda: check_step(self.exercise, module, checked_cases=small, plain_cases=())  # noqa: E731
+            run = lambda: check_step(self.exercise, module, plain_cases=())  # noqa: E731  (the default checked cases)
         else:
             run = lambda: check_step(self.exercise, module, checked_cases=(), plain_cases=small,  # noqa: E731
                                      tiles=GRADING_TILES.get(self.exercise))
@@ -57,6 +57,7 @@ class WrongMetalKernel(WrongKernel):
 
 _W = WrongMetalKernel
 RACE = r"data race"
+ONE_SIMDGROUP = r"data race .* in simdgroups \d+ and \d+: a simdgroup_barrier makes only the lanes of one simdgroup meet"
 
 WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     # -- 01: one thread per row, two passes over the keys -----------------------------------------
@@ -94,6 +95,13 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is complete\n",
          "        if (tid < block_m / 2) threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is complete\n"),),
        expect=r"divergent barrier in block .*passed it without waiting", hint=None),
+    # A simdgroup_barrier meets only the 32 lanes of one simdgroup: the check's case of two simdgroups per
+    # threadgroup (the row's two_group_tiles) shows the race the grading tiles, one simdgroup each, cannot.
+    _W("03.tiled_metal", "simdgroup-barrier", "waits for the tile with a simdgroup_barrier, which the other "
+       "simdgroups of the threadgroup do not reach",
+       (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // the tile is complete\n",
+         "        simdgroup_barrier(mem_flags::mem_threadgroup);  // the tile is complete\n"),),
+       expect=ONE_SIMDGROUP, checked=True, hint=None),
     _W("03.tiled_metal", "empty-rows-unwritten", "skips the O write of a row that sees no key, as if O started as zeros",
        (("        for (uint c = 0; c < d; ++c) o_row[c] = acc[c] * inv_l;",
          "        if (l > 0.0f) for (uint c = 0; c < d; ++c) o_row[c] = acc[c] * inv_l;"),), expect="NaN",
@@ -113,6 +121,11 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("04.double_buffer_metal", "no-barrier", "drops the one barrier per tile, trusting the two buffers alone",
        (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // tile t is complete; tile t - 1 is no longer read\n",
          ""),), expect=RACE, checked=True, hint=None),
+    _W("04.double_buffer_metal", "simdgroup-barrier", "meets at a simdgroup_barrier where the whole threadgroup "
+       "must wait for the tile",
+       (("        threadgroup_barrier(mem_flags::mem_threadgroup);  // tile t is complete; tile t - 1 is no longer read\n",
+         "        simdgroup_barrier(mem_flags::mem_threadgroup);  // tile t is complete; tile t - 1 is no longer read\n"),),
+       expect=ONE_SIMDGROUP, checked=True, hint=None),
     _W("04.double_buffer_metal", "prefetch-into-current", "copies the next tile into the buffer being computed on",
        (("load_tile(k_tiles + (cur ^ 1) * buffer_size, v_tiles + (cur ^ 1) * buffer_size,",
          "load_tile(k_tiles + cur * buffer_size, v_tiles + cur * buffer_size,"),), expect=RACE, checked=True,

@@ -898,11 +898,17 @@ void race(const Worker &w, const Place &place, const Then &then, int access, con
                             "access is enough (a threadgroup_barrier works too)."
                       : ": a __syncwarp() between the write and the other lane's access is enough (a "
                         "__syncthreads() works too).");
-    else
+    else {
+        // Threads of two simdgroups (warps): a simdgroup_barrier or __syncwarp() between them orders neither.
+        const std::string groups = std::to_string((then.thread - 1) % per_block_threads() / kWarpSize) + " and " +
+                                   std::to_string(f.t.warp);
         msg += metal ? std::string(", with no barrier between. Put a threadgroup_barrier(") + flag +
-                           ") between the write and the other thread's access."
+                           ") between the write and the other thread's access (the two threads are in simdgroups " +
+                           groups + ": a simdgroup_barrier makes only the lanes of one simdgroup meet)."
                      : ", with no barrier between. Put a __syncthreads() between the write and the other thread's "
-                       "access.";
+                       "access (the two threads are in warps " + groups + ": a __syncwarp() makes only the lanes of "
+                       "one warp meet).";
+    }
     abort_launch(msg);
 }
 
