@@ -110,25 +110,12 @@ if [ $want_slides = 1 ] && ! $PY -c 'import playwright' 2>/dev/null; then
     $PY -m pip install --quiet --disable-pip-version-check "$spec"
 fi
 
-# JupyterHub's proxy, for `make hub` and the hub's test: configurable-http-proxy from npm, into .venv/node_modules
-# (never a global install). Without Node.js the hub cannot start; the hub's test says so and is skipped.
-chp="configurable-http-proxy@4.6.3"
-if [ $want_hub = 1 ] && [ "$(cat .venv/node_modules/.course-proxy 2>/dev/null)" != "$chp" ]; then
-    if command -v npm >/dev/null 2>&1; then
-        echo "setup: installing $chp (JupyterHub's proxy) into .venv/node_modules"
-        npm install --prefix .venv --no-save --no-audit --no-fund --silent "$chp" </dev/null
-        echo "$chp" > .venv/node_modules/.course-proxy
-    else
-        echo "setup: no npm here; JupyterHub's proxy ($chp) needs Node.js and npm (Debian: apt-get install nodejs npm)," \
-             "so \`make hub\` cannot start and the hub's test is skipped." >&2
-    fi
-fi
-
 # System packages, only those missing and only for who needs them: g++ and binutils for everyone
 # (the CPU runtime compiles CUDA C and Metal kernels with g++; addr2line names their source lines),
 # bubblewrap for grading (the sandbox of `python -m autograder grade`), and for --test also Debian's
 # Chromium (the browser test drives it through Playwright; Playwright's own browser download is not used)
-# and clang (the compiler test builds every kernel with clang++ as well as g++).
+# and clang (the compiler test builds every kernel with clang++ as well as g++); for --hub and --test, Node.js and
+# npm (JupyterHub's proxy is an npm package).
 packages=""
 command -v g++ >/dev/null 2>&1 || packages="g++"
 command -v addr2line >/dev/null 2>&1 || packages="$packages binutils"
@@ -137,6 +124,7 @@ if [ $want_test = 1 ] || [ $want_grade = 1 ]; then
 fi
 [ $want_test = 1 ] && ! command -v chromium >/dev/null 2>&1 && packages="$packages chromium"
 [ $want_test = 1 ] && ! command -v clang++ >/dev/null 2>&1 && packages="$packages clang"
+[ $want_hub = 1 ] && ! command -v npm >/dev/null 2>&1 && packages="$packages nodejs npm"
 packages=${packages# }
 if [ -n "$packages" ]; then
     if command -v apt-get >/dev/null 2>&1; then
@@ -149,4 +137,18 @@ if [ -n "$packages" ]; then
              "--no-sandbox; without chromium, the browser test is skipped)." >&2
     fi
 fi
+# JupyterHub's proxy, for `make hub` and the hub's test: configurable-http-proxy from npm, into .venv/node_modules
+# (never a global install), after the system packages (Node.js and npm among them).
+chp="configurable-http-proxy@4.6.3"
+if [ $want_hub = 1 ] && [ "$(cat .venv/node_modules/.course-proxy 2>/dev/null)" != "$chp" ]; then
+    if command -v npm >/dev/null 2>&1; then
+        echo "setup: installing $chp (JupyterHub's proxy) into .venv/node_modules"
+        npm install --prefix .venv --no-save --no-audit --no-fund --silent "$chp" </dev/null
+        echo "$chp" > .venv/node_modules/.course-proxy
+    else
+        echo "setup: no npm here; JupyterHub's proxy ($chp) needs Node.js and npm (Debian: apt-get install nodejs npm)," \
+             "so \`make hub\` cannot start and the hub's test is skipped." >&2
+    fi
+fi
+
 echo "setup: ready ($($PY -c 'import torch, sys; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}")'))"
