@@ -891,6 +891,16 @@ void race(const Worker &w, const Place &place, const Then &then, int access, con
         msg += std::string(", with only ") + unfenced->what + " at " + where_text(unfenced->file, unfenced->line) +
                " between them, which does not name " + flag + ": it makes the threads wait, but does not order " +
                "their " + memory + ". Use " + unfenced->what + "(" + flag + ") there.";
+    else if (same_warp && per_block_threads() <= uint64_t(kWarpSize))
+        // The whole threadgroup is one simdgroup in this launch, so a simdgroup barrier would hide the race here and
+        // show it again with more rows per threadgroup: the advice is the barrier that holds for any size.
+        msg += metal ? std::string(", with no barrier between. Put a threadgroup_barrier(") + flag +
+                           ") between the write and the other thread's access (in this launch a threadgroup is one "
+                           "simdgroup, so a simdgroup_barrier would hide the race, but with more rows per "
+                           "threadgroup it makes only one simdgroup meet)."
+                     : ", with no barrier between. Put a __syncthreads() between the write and the other thread's "
+                       "access (in this launch a block is one warp, so a __syncwarp() would hide the race, but with "
+                       "more threads per block it makes only one warp meet).";
     else if (same_warp)
         msg += ", with nothing ordering them. Both are in " + std::string(metal ? "simdgroup " : "warp ") +
                std::to_string(f.t.warp) +
