@@ -50,11 +50,31 @@ def _sources() -> list[Path]:
                   if "__pycache__" not in p.parts)
 
 
+def _catches_a_missing_module(handler: ast.ExceptHandler) -> bool:
+    caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(t is None or (isinstance(t, ast.Name) and t.id in ("ImportError", "ModuleNotFoundError")) for t in caught)
+
+
+def _guarded(tree: ast.AST) -> set[int]:
+    """Nodes inside ``try:`` blocks that catch ImportError or ModuleNotFoundError: an import there may fail on an older
+    Python (``tomllib`` before 3.11), and the module says what it does instead."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(_catches_a_missing_module(h) for h in node.handlers):
+            inside.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
+    return inside
+
+
 def _stdlib_imports(files: list[Path]) -> list[str]:
-    """Top-level standard-library modules imported anywhere in ``files`` (as this Python names its library)."""
+    """Top-level standard-library modules imported anywhere in ``files`` (as this Python names its library), except
+    where an import is guarded against a missing module."""
     names = set()
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = _guarded(tree)
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -87,3 +107,12 @@ def test_the_check_sees_newer_syntax_and_a_missing_module(tmp_path):
     problems = json.loads(out.stdout)
     assert len(problems) == 2 and problems[0].startswith(f"{newer}:1:"), problems
     assert problems[1] == "no module 'no_such_module_anywhere' in the standard library"
+
+
+def test_only_an_unguarded_import_is_asked_of_every_python(tmp_path):
+    """``import tomllib`` alone must exist in every supported Python; inside ``try: ... except ModuleNotFoundError``
+    the module has a way without it, and the import is not asked for."""
+    plain, guarded = tmp_path / "plain.py", tmp_path / "guarded.py"
+    plain.write_text("import tomllib\n")
+    guarded.write_text("try:\n    import tomllib\nexcept ModuleNotFoundError:\n    tomllib = None\n")
+    assert "tomllib" in _stdlib_imports([plain]) and "tomllib" not in _stdlib_imports([guarded])

@@ -34,7 +34,9 @@ def test_a_race_on_device_memory_names_threadgroups_too():
     assert not [w for w in CUDA_WORDS if w in text], text
 
 
-def test_a_race_within_a_simdgroup_names_simdgroup_barrier():
+def test_a_race_in_a_threadgroup_of_one_simdgroup_asks_for_threadgroup_barrier():
+    """The checked launch's threadgroups are one simdgroup each: the race is named in Metal's words, and the advice
+    is the barrier that holds at any threadgroup size (a simdgroup_barrier would hide it only at this one)."""
     from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
     from course.errors import CheckFailed
     import course
@@ -42,5 +44,6 @@ def test_a_race_within_a_simdgroup_names_simdgroup_barrier():
     with pytest.raises(CheckFailed) as error:
         course.check("03.tiled_metal", entry.module())
     text = str(error.value)
-    assert "simdgroup_barrier(mem_flags::mem_threadgroup)" in text and "of threadgroup (" in text
+    assert "Put a threadgroup_barrier(mem_flags::mem_threadgroup)" in text and "of threadgroup (" in text
+    assert "a simdgroup_barrier would hide the race" in text
     assert not [w for w in CUDA_WORDS if w in text], text

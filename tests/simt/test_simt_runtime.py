@@ -408,7 +408,28 @@ __global__ void war(float* out) {
     msg = str(err.value)
     assert "then thread (31,0,0) of block (0,0,0) wrote it at line 7" in msg
     assert "thread (31,0,0) of block (0,0,0) read it" not in msg
-    assert "Both are in warp 0: a __syncwarp()" in msg  # the cheaper fix, since both lanes share a warp
+    # The block is one warp here, so a __syncwarp() would hide the race only until the block grows: the barrier
+    # that holds for any block size is asked for.
+    assert "Put a __syncthreads()" in msg and "a __syncwarp() would hide the race" in msg
+
+
+def test_a_race_between_lanes_of_one_warp_of_several_names_syncwarp():
+    """Warp 1 of a 64-thread block reads s[32], then its lane 31 overwrites it: __syncwarp() is the cheaper fix."""
+    src = r"""
+__global__ void war(float* out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = 1.0f;
+    __syncthreads();
+    float x = threadIdx.x >= 32 ? s[32] : 0.0f;
+    if (threadIdx.x == 63) s[32] = 2.0f;
+    out[threadIdx.x] = x;
+}
+"""
+    with pytest.raises(KernelLaunchError) as err:
+        RawKernel(src, "war")(1, 64, (np.zeros(64, np.float32),), check="racecheck")
+    msg = str(err.value)
+    assert "then thread (63,0,0) of block (0,0,0) wrote it at line 7" in msg
+    assert "Both are in warp 1: a __syncwarp()" in msg  # the cheaper fix, since both lanes share a warp
 
 
 def test_memcheck_bounds_checks_static_shared_and_local_arrays():
