@@ -19,35 +19,15 @@ import torch
 import triton
 from triton.runtime.autotuner import Autotuner
 
-from course.grading.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget
 from course.kernels import load_triton_module
-from course.reference import attention, attention_backward
 from course.tracks import triton as triton_track
-from track_support import device
+from track_support import grouped_backward_case as _case
 
 
 @pytest.fixture
 def bwd():
     return load_triton_module("triton/07_backward")  # a fresh module: autotuners that remember nothing
-
-
-def _case(n_q: int, n_k: int, d: int, dtype: torch.dtype, heads: int = 2, kv_heads: int = 1, seed: int = 0):
-    """Inputs of the backward for (1, heads, N, D) queries over kv_heads K/V heads, and the wanted gradients:
-    (oracle in float64, plain PyTorch autograd at dtype), K/V gradients summed over each group."""
-    gen = torch.Generator().manual_seed(seed)
-    group = heads // kv_heads
-    q = torch.randn(1, heads, n_q, d, generator=gen, dtype=torch.float64).to(dtype)
-    k, v = (torch.randn(1, kv_heads, n_k, d, generator=gen, dtype=torch.float64).to(dtype) for _ in range(2))
-    do = torch.randn(1, heads, n_q, d, generator=gen, dtype=torch.float64).to(dtype)
-    k_all, v_all = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    fwd = attention(q, k_all, v_all, True)
-    oracle = attention_backward(q, k_all, v_all, do, True)
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    plain_attention(leaves[0], leaves[1].repeat_interleave(group, dim=1), leaves[2].repeat_interleave(group, dim=1),
-                    causal=True).backward(do)
-    summed = [g.view(1, kv_heads, group, n_k, d).sum(dim=2) for g in (oracle.dk, oracle.dv)]
-    args = tuple(t.to(device()) for t in (q, k, v, fwd.o.to(dtype), fwd.lse.float(), do))
-    return args, [oracle.dq, *summed], [t.grad for t in leaves]
 
 
 def _errors(got, oracle, plain, dtype) -> dict[str, float]:

@@ -18,11 +18,11 @@ import torch
 from triton.runtime.autotuner import Autotuner
 
 from course import tiers
-from course.grading.budget import attention_budget, plain_attention
+from course.grading.budget import attention_budget
 from course.kernels import kernel_path, load_triton_module
 from course.reference import attention, attention_backward
 from course.tracks import triton as triton_track
-from track_support import device
+from track_support import device, grouped_backward_case as _case
 
 F16, F32 = torch.float16, torch.float32
 
@@ -30,25 +30,6 @@ F16, F32 = torch.float16, torch.float32
 @pytest.fixture(scope="module")
 def bwd():
     return load_triton_module("triton/08_backward")
-
-
-def _case(n_q, n_k, d, dtype, heads=2, kv_heads=1, causal=True, seed=0):
-    """Backward inputs for (1, heads, N, D) queries over kv_heads K/V heads, and the wanted gradients (float64 oracle
-    and plain PyTorch autograd at dtype), those of K and V summed over each group."""
-    gen = torch.Generator().manual_seed(seed)
-    group = heads // kv_heads
-    q = torch.randn(1, heads, n_q, d, generator=gen, dtype=torch.float64).to(dtype)
-    k, v = (torch.randn(1, kv_heads, n_k, d, generator=gen, dtype=torch.float64).to(dtype) for _ in range(2))
-    do = torch.randn(1, heads, n_q, d, generator=gen, dtype=torch.float64).to(dtype)
-    k_all, v_all = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    fwd = attention(q, k_all, v_all, causal)
-    oracle = attention_backward(q, k_all, v_all, do, causal)
-    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    plain_attention(leaves[0], leaves[1].repeat_interleave(group, dim=1), leaves[2].repeat_interleave(group, dim=1),
-                    causal=causal).backward(do)
-    summed = [g.view(1, kv_heads, group, n_k, d).sum(dim=2) for g in (oracle.dk, oracle.dv)]
-    args = tuple(t.to(device()) for t in (q, k, v, fwd.o.to(dtype), fwd.lse.float(), do))
-    return args, [oracle.dq, *summed], [t.grad for t in leaves]
 
 
 def _ratios(got, oracle, plain, dtype) -> dict[str, float]:

@@ -41,3 +41,25 @@ def backward_inputs(n_q: int, n_k: int, d: int, causal: bool = False, seed: int 
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1))
     fwd = attention(q, k, v, causal, scale=scale)
     return tuple(t.to(device) for t in (q, k, v, fwd.o.float(), fwd.lse.float(), do))
+
+
+def grouped_backward_case(n_q: int, n_k: int, d: int, dtype: torch.dtype, heads: int = 2, kv_heads: int = 1,
+                          causal: bool = True, seed: int = 0):
+    """Backward inputs for (1, heads, N, D) queries over kv_heads K/V heads, on the tier's device, and the wanted
+    gradients: (float64 oracle, plain PyTorch autograd at dtype), those of K and V summed over each group."""
+    from course.grading.budget import plain_attention
+    from course.reference import attention_backward
+    gen = torch.Generator().manual_seed(seed)
+    group = heads // kv_heads
+    q = torch.randn(1, heads, n_q, d, generator=gen, dtype=torch.float64).to(dtype)
+    k, v = (torch.randn(1, kv_heads, n_k, d, generator=gen, dtype=torch.float64).to(dtype) for _ in range(2))
+    do = torch.randn(1, heads, n_q, d, generator=gen, dtype=torch.float64).to(dtype)
+    k_all, v_all = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    fwd = attention(q, k_all, v_all, causal)
+    oracle = attention_backward(q, k_all, v_all, do, causal)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    plain_attention(leaves[0], leaves[1].repeat_interleave(group, dim=1), leaves[2].repeat_interleave(group, dim=1),
+                    causal=causal).backward(do)
+    summed = [g.view(1, kv_heads, group, n_k, d).sum(dim=2) for g in (oracle.dk, oracle.dv)]
+    args = tuple(t.to(device()) for t in (q, k, v, fwd.o.to(dtype), fwd.lse.float(), do))
+    return args, [oracle.dq, *summed], [t.grad for t in leaves]
