@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 
-from course.simt.errors import CourseError  # the base of every error the course raises on purpose
+from course.simt.diagnostics import CourseError  # the base of every error the course raises on purpose
 
 __all__ = ["CourseError", "CheckFailed", "learner_traceback", "root_cause"]
 

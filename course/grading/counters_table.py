@@ -2,7 +2,7 @@
 
 A table in a notebook (``_repr_html_``), plain text with ``print``: a summary in Nsight Compute's metric names
 where it has one, then the bytes per tensor, the warp instructions per access width and the source lines that
-cost the most. A launch is a :class:`course.simt.counters.LaunchCounters` (CUDA C, Metal; costed by
+cost the most. A launch is a :class:`course.simt.launch_counters.LaunchCounters` (CUDA C, Metal; costed by
 :mod:`course.models.traffic`) or a :class:`course.grading.counters_triton.TritonCounters` (bytes only).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from course.models.traffic import COURSE, NSIGHT, finish
-from course.simt.counters import LaunchCounters
+from course.simt.launch_counters import LaunchCounters
 
 __all__ = ["Counters"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from course.models.traffic import empty_row, finish
-from course.simt.counters import tensor_table
+from course.simt.launch_counters import tensor_table
 
 __all__ = ["TritonCounters", "triton_counters"]
 

@@ -1,6 +1,6 @@
 """The cost model of counters mode: a CUDA C or Metal launch's warp accesses turned into Nsight Compute's metrics.
 
-The CPU runtime records each distinct warp access (course/simt/counters.py) and costs none of them; this module
+The CPU runtime records each distinct warp access (course/simt/launch_counters.py) and costs none of them; this module
 applies the course's model of the memory system, :mod:`course.models.memory_model`, to each: requests, 32-byte
 sectors, bytes requested and moved for global memory, wavefronts and bank conflicts for shared memory, and
 sums them into the launch's metrics, named as Nsight Compute names them where it has a metric (``NSIGHT``) and
@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from course.models import memory_model as mm
-from course.simt.counters import MODULE, OPS, SHARED, LaunchCounters, set_cost_model
+from course.simt.launch_counters import MODULE, OPS, SHARED, LaunchCounters, set_cost_model
 
 __all__ = ["NSIGHT", "COURSE", "pattern_cost", "empty_row", "finish", "summarize", "cost_launch"]
 

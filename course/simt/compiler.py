@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .device_code import policy_digest, refuse_host_symbols, refuse_host_text, refuse_load_time_code
-from .errors import KernelCompileError, quote_diagnostics, quote_lines
+from .diagnostics import KernelCompileError, quote_diagnostics, quote_lines
 
 __all__ = ["KernelCompileError", "KernelDecl", "Param", "find_kernels", "build", "cache_dir", "prebuild_runtime", "blank_comments"]
 

@@ -40,7 +40,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import KernelCompileError
+from .diagnostics import KernelCompileError
 
 __all__ = ["INCLUDES", "ALLOWED", "refuse_host_text", "refuse_host_symbols", "refuse_load_time_code", "policy_digest",
            "called_name"]

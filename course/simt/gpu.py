@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import CourseError, quote_diagnostics
+from .diagnostics import CourseError, quote_diagnostics
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, find_kernels
 from .limits import STATIC_SHARED_LIMIT
 from .toolchain import apple_metal, nvcc_diagnostics, nvcc_path

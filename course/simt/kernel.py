@@ -34,10 +34,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .errors import KernelLaunchError, quote_lines
+from .diagnostics import KernelLaunchError, quote_lines
 from .limits import MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK
 from .compiler import KIND_THREADGROUP, KernelCompileError, KernelDecl, build, find_kernels
-from .counters import read_counters
+from .launch_counters import read_counters
 
 __all__ = ["RawModule", "RawKernel", "KernelLaunchError", "KernelCompileError", "LaunchResult", "CHECKS",
            "collect_counters", "boundary_here", "launch_dims", "scalar_bytes"]
@@ -61,7 +61,7 @@ class LaunchResult:
     printf: str          # what the kernel printed
     seconds: float       # time the grid took in the child (not counting fork and copies)
     blocks: int
-    counters: Any = None  # with check="counters": a course.simt.counters.LaunchCounters
+    counters: Any = None  # with check="counters": a course.simt.launch_counters.LaunchCounters
     boundary: bool = False  # the grid ran behind the system-call filter (docs/simt.md, "The boundary")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import CourseError
+from .diagnostics import CourseError
 from .kernel import RawModule
 
 __all__ = ["register", "CompileFailed"]

@@ -10,7 +10,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-from course.slides.errors import SlideError
+from course.slides.slide_errors import SlideError
 
 __all__ = ["reveal_dir", "install_reveal", "STYLESHEET"]
 

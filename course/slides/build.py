@@ -17,7 +17,7 @@ from course.paths import KERNELS, REPO
 from course.slides import decks as deck_defs
 from course.slides import render
 from course.slides.assets import install_reveal
-from course.slides.errors import SlideError, SourceMissing
+from course.slides.slide_errors import SlideError, SourceMissing
 from course.slides.excerpt import Excerpt, excerpt, resolve
 from course.slides.figures import render_figure, widget_doc
 from course.slides.model import AllRegions, Code, Deck, Divider, Errata, Intro, Ladder, Picture, Quote, Versions

@@ -11,7 +11,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from course.slides.errors import SourceMissing
+from course.slides.slide_errors import SourceMissing
 from course.slides.sources import comment_text
 from course.solution_regions import MARKER_LINE
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from course.paths import REPO
-from course.slides.errors import SourceMissing
+from course.slides.slide_errors import SourceMissing
 from course.slides.sources import KernelSources
 
 __all__ = ["Figure", "render_figure", "widget_doc"]

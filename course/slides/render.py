@@ -11,7 +11,7 @@ import difflib
 import json
 from dataclasses import dataclass, field
 
-from course.slides.errors import SourceMissing
+from course.slides.slide_errors import SourceMissing
 from course.slides.excerpt import Excerpt, Step, line_spec, match, resolve
 from course.slides.sources import Erratum, Header, Lesson
 from course.slides.text import esc, inline, lead, prose

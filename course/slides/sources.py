@@ -17,7 +17,7 @@ from pathlib import Path
 from course.errors import CourseError
 from course.kernels import read_region, region_names
 from course.paths import KERNELS, REPO, SOLUTIONS
-from course.slides.errors import SourceMissing
+from course.slides.slide_errors import SourceMissing
 
 __all__ = ["KernelSources", "Header", "Lesson", "lesson", "lesson_numbers", "Erratum", "metal_errata",
            "language_of"]

@@ -341,8 +341,8 @@ def test_course_counters_gives_a_table_rows_and_nsight_names(qkv):
 
 
 def test_the_command_line_prints_a_steps_counters(capsys):
-    """``python -m course.tools.counters 03``: what docs/counters.md compares with Nsight Compute."""
-    from course.tools.counters import main
+    """``python -m course.tools.nsight_compare 03``: what docs/counters.md compares with Nsight Compute."""
+    from course.tools.nsight_compare import main
     assert main(["03", "--n", "16", "--d", "16"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("tiled_attention (cuda): grid (1, 1, 1)") and "by source line" in out

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from course.simt import RawModule
-from course.simt.counters import MatrixOps
+from course.simt.launch_counters import MatrixOps
 
 CUDA = r"""
 #include <cuda_fp16.h>

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from course.simt import KernelCompileError, KernelLaunchError, RawModule
-from course.simt.errors import quote_diagnostics, quote_lines
+from course.simt.diagnostics import quote_diagnostics, quote_lines
 
 OUT_OF_BOUNDS = """extern "C" __global__ void shift(const float* q, float* o, int n) {
     int i = threadIdx.x;

@@ -190,7 +190,7 @@ struct SimtLaunchSpec {
 // executes it since the warp last met); each such warp access is reduced to a pattern (its lanes'
 // byte offsets from a 128-byte boundary, its width, kind and buffer), and equal patterns are counted
 // once with a multiplicity. Python (course/grading/counters.py) turns patterns into sectors and banks.
-// One kind of warp-level matrix operation (course/simt/counters.py reads it): D (m x n) = A (m x k) B (k x n) + C
+// One kind of warp-level matrix operation (course/simt/launch_counters.py reads it): D (m x n) = A (m x k) B (k x n) + C
 // at one call site, with the element type of each operand (simt::MatrixElement; c is kMatrixNone when no C is
 // added).
 struct SimtMatrixOp {
@@ -200,7 +200,7 @@ struct SimtMatrixOp {
     uint8_t reserved[6];
     uint64_t count;            // operations of this kind completed, one per warp
 };
-static_assert(sizeof(SimtMatrixOp) == 32, "SimtMatrixOp is read by course/simt/counters.py");
+static_assert(sizeof(SimtMatrixOp) == 32, "SimtMatrixOp is read by course/simt/launch_counters.py");
 enum { kSimtMatrixKinds = 16 };
 struct SimtCounterHeader {
     uint64_t capacity;         // patterns the report holds

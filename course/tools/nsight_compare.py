@@ -1,9 +1,9 @@
-"""``python -m course.tools.counters 04``: one CUDA step's counters on the CPU runtime, or (``--gpu``) the same
+"""``python -m course.tools.nsight_compare 04``: one CUDA step's counters on the CPU runtime, or (``--gpu``) the same
 single launch on an NVIDIA GPU, to run under Nsight Compute and compare.
 
-    python -m course.tools.counters 04                   # the CPU runtime's counters of step 04, N = 64, D = 32
+    python -m course.tools.nsight_compare 04                   # the CPU runtime's counters of step 04, N = 64, D = 32
     ncu --kernel-name double_buffer_attention --launch-count 1 --metrics <NCU_METRICS> \
-        python -m course.tools.counters 04 --gpu         # the same launch, measured by Nsight Compute
+        python -m course.tools.nsight_compare 04 --gpu         # the same launch, measured by Nsight Compute
 
 ``NCU_METRICS`` lists the Nsight Compute metrics the course models; docs/counters.md has the comparison on an
 H100 and an H200.
@@ -35,11 +35,11 @@ NCU_METRICS = ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m course.tools.counters 03 --n 64 --d 32``: the counters of CUDA step 03's kernel file
+    """``python -m course.tools.nsight_compare 03 --n 64 --d 32``: the counters of CUDA step 03's kernel file
     at that size on the CPU runtime; with ``--gpu``, the same single launch on an NVIDIA GPU instead, to run
     under ``ncu --metrics ...`` (docs/counters.md gives the command)."""
     steps = {row.lesson: row.id for row in table.exercises(track="cuda") if row.id in cuda.STEPS}
-    parser = argparse.ArgumentParser(prog="python -m course.tools.counters", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m course.tools.nsight_compare", description=main.__doc__)
     parser.add_argument("lesson", choices=sorted(steps))
     parser.add_argument("--n", type=int, default=64, help="query and key length (default 64)")
     parser.add_argument("--d", type=int, default=32, help="head dim (default 32)")

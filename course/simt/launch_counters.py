@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import KernelLaunchError
+from .diagnostics import KernelLaunchError
 
 __all__ = ["LaunchCounters", "MatrixOps", "read_counters", "set_cost_model", "tensor_table", "PATTERN", "OPS"]
 
