@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["CourseError", "KernelCompileError", "KernelLaunchError", "quote_lines", "quote_diagnostics"]
+__all__ = ["CourseError", "KernelCompileError", "KernelLaunchError", "GpuUnavailable", "quote_lines", "quote_diagnostics"]
 
 
 class CourseError(Exception):
@@ -32,6 +32,12 @@ class KernelLaunchError(CourseError):
     """A launch was refused or the kernel failed while running; the message says where and why."""
 
     title = "kernel failed"
+
+
+class GpuUnavailable(CourseError):
+    """This machine cannot run the GPU tier; the message says what it lacks."""
+
+    title = "no GPU"
 
 
 def _source_line(code: str, line: int, first_line: int) -> str | None:

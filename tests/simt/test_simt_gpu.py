@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from course.simt import KernelCompileError, KernelLaunchError
-from course.simt import gpu
+from course.simt import cuda_headers, gpu
 
 REPO = Path(__file__).resolve().parents[2]
 CUDA_OK, CUDA_WHY = gpu.cuda_available()
@@ -223,7 +223,7 @@ def header_tree(root: Path, version: int | None = 13000, with_crt: bool = True) 
 
 
 def test_kernel_includes_are_read_outside_comments_once_each():
-    assert gpu.kernel_includes(MMA_KERNEL + '#include "mine.h"\n/* #include <x.h> */\n#include <mma.h>\n') == [
+    assert cuda_headers.kernel_includes(MMA_KERNEL + '#include "mine.h"\n/* #include <x.h> */\n#include <mma.h>\n') == [
         ("cuda_fp16.h", False), ("mma.h", False), ("mine.h", True)]
 
 
@@ -243,7 +243,7 @@ def test_candidates_come_in_the_documented_order_each_directory_once(tmp_path):
     header_tree(triton / "backends" / "nvidia" / "include", 12080)
     pip_root = tmp_path / "site" / "nvidia"
     header_tree(pip_root / "cu13" / "include", with_crt=False)
-    found = gpu.cuda_header_candidates(env={"CUDA_HOME": str(home)}, nvcc=str(nvcc_root / "bin" / "nvcc"),
+    found = cuda_headers.cuda_header_candidates(env={"CUDA_HOME": str(home)}, nvcc=str(nvcc_root / "bin" / "nvcc"),
                                        usr_local=usr_local, triton=triton, pip_roots=[pip_root],
                                        pathfinder=[pip_root / "cu13" / "include"])
     assert [(c.path, c.version) for c in found] == [
@@ -259,19 +259,19 @@ def test_candidates_come_in_the_documented_order_each_directory_once(tmp_path):
 def test_an_incomplete_directory_is_passed_over_for_a_complete_one(tmp_path):
     pip = header_tree(tmp_path / "pip", with_crt=False)
     toolkit = header_tree(tmp_path / "toolkit")
-    candidates = [gpu.HeaderDir(pip, "pip", (13, 0)), gpu.HeaderDir(toolkit, "toolkit", (13, 0))]
-    assert gpu.choose_cuda_headers(MMA_KERNEL, candidates, (13, 0)).path == toolkit
+    candidates = [cuda_headers.HeaderDir(pip, "pip", (13, 0)), cuda_headers.HeaderDir(toolkit, "toolkit", (13, 0))]
+    assert cuda_headers.choose_cuda_headers(MMA_KERNEL, candidates, (13, 0)).path == toolkit
     # A kernel that includes only cuda_fp16.h does not need crt/mma.h: the first directory does.
-    assert gpu.choose_cuda_headers("#include <cuda_fp16.h>\n", candidates, (13, 0)).path == pip
+    assert cuda_headers.choose_cuda_headers("#include <cuda_fp16.h>\n", candidates, (13, 0)).path == pip
     # A kernel that includes nothing of CUDA's needs no include path at all, even where there is none.
-    assert gpu.choose_cuda_headers("__global__ void k() {}\n", [], (13, 0)) is None
-    assert gpu.choose_cuda_headers('#include "mine.h"\n', candidates, (13, 0)) is None
+    assert cuda_headers.choose_cuda_headers("__global__ void k() {}\n", [], (13, 0)) is None
+    assert cuda_headers.choose_cuda_headers('#include "mine.h"\n', candidates, (13, 0)) is None
 
 
 def test_only_incomplete_headers_is_one_sentence_naming_what_is_missing_and_where(tmp_path):
     pip = header_tree(tmp_path / "site" / "nvidia" / "cu13" / "include", with_crt=False)
-    with pytest.raises(gpu.CudaHeadersMissing) as caught:
-        gpu.choose_cuda_headers(MMA_KERNEL, [gpu.HeaderDir(pip, "pip's nvidia packages", (13, 0))], (13, 0))
+    with pytest.raises(cuda_headers.CudaHeadersMissing) as caught:
+        cuda_headers.choose_cuda_headers(MMA_KERNEL, [cuda_headers.HeaderDir(pip, "pip's nvidia packages", (13, 0))], (13, 0))
     message = str(caught.value)
     assert f"{pip} (pip's nvidia packages) lacks crt/mma.h" in message
     assert "install the CUDA toolkit 13.0" in message and "CUDA_HOME" in message
@@ -279,8 +279,8 @@ def test_only_incomplete_headers_is_one_sentence_naming_what_is_missing_and_wher
 
 
 def test_no_cuda_headers_at_all_is_a_sentence_too(tmp_path):
-    with pytest.raises(gpu.CudaHeadersMissing, match=r"mma\.h is in no CUDA header directory here") as caught:
-        gpu.choose_cuda_headers("#include <mma.h>\n", [], (12, 6))
+    with pytest.raises(cuda_headers.CudaHeadersMissing, match=r"mma\.h is in no CUDA header directory here") as caught:
+        cuda_headers.choose_cuda_headers("#include <mma.h>\n", [], (12, 6))
     assert is_sentence(str(caught.value)) and "CUDA toolkit 12.6" in str(caught.value)
 
 
@@ -288,15 +288,15 @@ def test_headers_of_nvrtc_version_win_over_earlier_ones(tmp_path):
     triton = header_tree(tmp_path / "triton", 12080)
     toolkit = header_tree(tmp_path / "toolkit", 13000)
     unknown = header_tree(tmp_path / "unknown", None)
-    found = [gpu.HeaderDir(p, p.name, gpu.header_version(p)) for p in (triton, unknown, toolkit)]
+    found = [cuda_headers.HeaderDir(p, p.name, cuda_headers.header_version(p)) for p in (triton, unknown, toolkit)]
     assert [c.version for c in found] == [(12, 8), None, (13, 0)]
-    assert gpu.choose_cuda_headers(MMA_KERNEL, found, (13, 0)).path == toolkit    # exact match first
-    assert gpu.choose_cuda_headers(MMA_KERNEL, found, (12, 8)).path == triton
-    assert gpu.choose_cuda_headers(MMA_KERNEL, found, (12, 4)).path == triton     # same major, first found
-    assert gpu.choose_cuda_headers(MMA_KERNEL, found[:2], (13, 1)).path == unknown  # unknown version: tried
-    with pytest.raises(gpu.CudaHeadersMissing, match=r"do not match NVRTC's CUDA 13\.1"):
-        gpu.choose_cuda_headers(MMA_KERNEL, found[:1], (13, 1))
-    assert gpu.choose_cuda_headers(MMA_KERNEL, found, None).path == triton         # NVRTC silent: first complete
+    assert cuda_headers.choose_cuda_headers(MMA_KERNEL, found, (13, 0)).path == toolkit    # exact match first
+    assert cuda_headers.choose_cuda_headers(MMA_KERNEL, found, (12, 8)).path == triton
+    assert cuda_headers.choose_cuda_headers(MMA_KERNEL, found, (12, 4)).path == triton     # same major, first found
+    assert cuda_headers.choose_cuda_headers(MMA_KERNEL, found[:2], (13, 1)).path == unknown  # unknown version: tried
+    with pytest.raises(cuda_headers.CudaHeadersMissing, match=r"do not match NVRTC's CUDA 13\.1"):
+        cuda_headers.choose_cuda_headers(MMA_KERNEL, found[:1], (13, 1))
+    assert cuda_headers.choose_cuda_headers(MMA_KERNEL, found, None).path == triton         # NVRTC silent: first complete
 
 
 # ------------------------------------------------------------------------------------------------
