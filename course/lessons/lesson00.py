@@ -119,3 +119,9 @@ LADDERS = (
            "    return attention_flops(n, n, d) / moved",
            cell="00_orientation/flash_intensity"),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order, and the ladder of every lesson's kernels (this lesson has none of its own).
+SLIDES = {"ladder": True,
+          "pictures": ({"name": "roofline", "widget": "course.widgets.costs:roofline_explorer"},)}

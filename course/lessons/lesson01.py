@@ -10,6 +10,7 @@ import torch
 from course.grading.checks import check_explicit_scale, naive_simt, row_kernel
 from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 from course.inputs import Case, standard_cases
 from course.models import roofline
 
@@ -62,17 +63,12 @@ def _naive_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
     return check_values("01.naive_bytes_read", fn, expected, args, _naive_bytes_mistakes())
 
 
-_naive_triton = row_kernel("01.naive_triton")
-
-
 EXERCISES = (
     Exercise("01.attention_torch", "Standard attention in PyTorch", _attention_torch),
     Exercise("01.naive_bytes_read", "Bytes read by the naive kernel", _naive_bytes),
-    Exercise("01.naive_triton", "The naive attention kernel in Triton", _naive_triton, isolated=True),
-    Exercise("01.naive_cuda", "The naive attention kernel in CUDA C", naive_simt("01.naive_cuda"), isolated=True,
-             takes="kernel module"),
-    Exercise("01.naive_metal", "The naive attention kernel in Metal", naive_simt("01.naive_metal"), isolated=True,
-             takes="kernel module"),
+    # The naive kernel in every track its rows declare (course/tracks/table.py): ids such as 01.naive_cuda.
+    *step_exercises("01", "naive", "The naive attention kernel",
+                    {"triton": row_kernel, "cuda": naive_simt, "metal": naive_simt}),
 )
 
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
@@ -107,13 +103,16 @@ LADDERS = (
            "One program reads its own q row once, then sweeps over every key twice (for the max, then for the sums).",
            "Per program: D + 2·Nk·D (K twice) + Nk·D (V once) elements; times N programs; times the element size.",
            cell="01_naive_attention/naive_bytes_read"),
-    ladder("01.naive_triton", *_TWO_PASS,
-           "In Triton a block of keys is one tile: `k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], "
-           "mask=...)`, `scores = tl.sum(q[None, :] * k, axis=1) * scale`; mask keys past `n_keys` with -inf."),
-    ladder("01.naive_cuda", *_TWO_PASS,
-           "In CUDA C each thread loops over keys with a plain for loop; acc is a float array of MAX_HEAD_DIM in the "
-           "thread. Keep the `if (row >= n_q) return;` guard first."),
-    ladder("01.naive_metal", *_TWO_PASS,
-           "In Metal the thread's row is the `[[thread_position_in_grid]]` parameter; use exp and max (Metal's names), "
-           "and return early for rows past n_q."),
+    *step_ladders("01", "naive", _TWO_PASS, {
+        "triton": "In Triton a block of keys is one tile: `k = tl.load(k_ptr + keys[:, None] * stride_k + cols[None, :], "
+                  "mask=...)`, `scores = tl.sum(q[None, :] * k, axis=1) * scale`; mask keys past `n_keys` with -inf.",
+        "cuda": "In CUDA C each thread loops over keys with a plain for loop; acc is a float array of MAX_HEAD_DIM in the "
+                "thread. Keep the `if (row >= n_q) return;` guard first.",
+        "metal": "In Metal the thread's row is the `[[thread_position_in_grid]]` parameter; use exp and max (Metal's "
+                 "names), and return early for rows past n_q."}),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "score-matrix", "widget": "course.widgets.costs:score_matrix_explorer"},)}

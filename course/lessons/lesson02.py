@@ -125,3 +125,9 @@ LADDERS = (
            "butterfly reductions, and every lane rescales its own accumulator columns by the same factor."),
     ladder("02.online_softmax_metal", *_ONE_PASS),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "online-softmax", "widget": "course.widgets.online_softmax:online_softmax_explorer",
+                        "controls": (("blocks read", 5),)},)}

@@ -366,3 +366,9 @@ def check_measured(exercise: str, fn: Callable[..., Any], kernel: Any) -> str:
         raise CheckFailed(f"{exercise}: at {where} your formula gives {theirs!r} bytes, but your kernel was measured to "
                           f"move {moved:,} ({parts}).")
     return f"{exercise}: your formula agrees with your kernel's measured traffic at {where}: {moved:,} bytes ({parts})."
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "tiling", "widget": "course.widgets.tiling:tiling_explorer",
+                        "controls": (("key tile", 3), ("query tile", 1))},)}

@@ -138,3 +138,9 @@ LADDERS = (
            "Metal: threadgroup_barrier(mem_flags::mem_threadgroup) at the top of each step, then the copy of tile "
            "t + 1 into buffer (t + 1) % 2, then the compute on buffer t % 2."),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "banks", "widget": "course.widgets.memory:memory_access_explorer"},
+                       {"name": "pipeline", "widget": "course.widgets.memory:pipeline_explorer"})}

@@ -152,3 +152,11 @@ LADDERS = (
            "`n_k`. In `softmax_and_rescale`, only a tile the diagonal crosses needs the mask: there row `row` keeps "
            "column c while `j0 + c <= row + offset`."),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "fragment-wmma", "widget": "course.widgets.fragments:fragment_explorer",
+                        "controls": (("lane", 5),)},
+                       {"name": "fragment-simdgroup", "widget": "course.widgets.fragments:fragment_explorer",
+                        "controls": (("fragment", "metal"), ("lane", 5))})}

@@ -240,3 +240,11 @@ LADDERS = (
            "of m_new, so every p and alpha is exp(-inf) = 0 and the row stays empty (the epilogue, given, writes "
            "O = 0 and LSE = -inf for a row that never saw a key)."),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order; and where its Metal step lives: in
+# lesson 05's file, whose causal parts the deck shows.
+SLIDES = {"pictures": ({"name": "causal-tiles", "widget": "course.widgets.causal:causal_explorer",
+                        "controls": (("N_q", 192), ("programs", 3))},),
+          "borrowed": {"metal": "metal/05_mma.metal"}}

@@ -477,3 +477,8 @@ LADDERS = (
            "the last key the threadgroup's last row sees, clamped to 0 .. n_k: "
            "`uint(clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k)))`."),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "dq-writers", "widget": "course.widgets.backward:backward_explorer"},)}

@@ -774,3 +774,9 @@ LADDERS = LADDERS + (
            "special values (c): `return (\"b\", \"c\")`.",
            cell="08_capstone/fp8_choices"),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order.
+SLIDES = {"pictures": ({"name": "roofline-long", "widget": "course.widgets.costs:roofline_explorer",
+                        "controls": (("log₂ N", 14), ("D", 128))},)}

@@ -21,6 +21,7 @@ from course.grading.checks import learner_call
 from course.grading.engines import Mistake, Report, check_attention, check_values
 from course.grading.exercise import Exercise, ModelPolicy, ladder
 from course.inputs import Case
+from course.kernels import load_triton_module
 
 __all__ = ["one_core", "grid_causal", "rows_per_step", "grid_assignment", "GRID_CORES", "key_tiles_seen",
            "balanced_plan", "EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY", "CELL_BUILDERS"]
@@ -289,3 +290,41 @@ LADDERS = (
            "otherwise store the scores. The reader sends the bias only when causal, so wait for it only then.",
            cell="09_dataflow/grid_attention"),
 )
+
+
+# What this lesson's slide deck shows besides its kernel files (course.slides.decks reads it): its pictures, the
+# widgets' own drawings with the controls set in order, two of them drawn from runs of the live kernels (``inputs``
+# computes a picture's arguments from the deck's kernel folder; ``kernels`` and ``modules`` are what it runs).
+
+def one_core_runs(kernels) -> tuple:
+    """The notebook's timeline input: the live one-core kernel (``kernels.path`` finds it) with one and with two K/V
+    buffers."""
+    from course.lessons import dataflow  # here, not on top: +6 ms to `import course`
+    kernel = load_triton_module(str(kernels.path("tt/09_one_core.py"))).one_core_attention
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(64, 64, generator=gen) for _ in range(3))
+    runs = {f"{n} buffer{'s' if n > 1 else ''} for K and V":
+            dataflow.run(dataflow.variant(kernel, KV_BUFFERS=n), q, k, v) for n in (1, 2)}
+    return (runs,)
+
+
+def grid_run(kernels) -> tuple:
+    """The notebook's grid picture input: the live grid kernel, causal, 256 × 256 at D = 64."""
+    from course.lessons import dataflow  # here, not on top: +6 ms to `import course`
+    kernel = load_triton_module(str(kernels.path("tt/09_grid.py"))).grid_attention
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(256, 64, generator=gen) for _ in range(3))
+    return (dataflow.run(kernel, q, k, v, causal=True),)
+
+
+_ONE_CORE_RUNS = dict(inputs=one_core_runs, kernels=("tt/09_one_core.py",),
+                      modules=("course.lessons.dataflow", "course.lessons.lesson09"))
+SLIDES = {"pictures": (
+    {"name": "timeline-one-buffer", "widget": "course.widgets.dataflow:dataflow_timeline",
+     "controls": (("run", "1 buffer for K and V"),), **_ONE_CORE_RUNS},
+    {"name": "timeline-two-buffers", "widget": "course.widgets.dataflow:dataflow_timeline",
+     "controls": (("run", "2 buffers for K and V"),), **_ONE_CORE_RUNS},
+    {"name": "dst-budget", "widget": "course.widgets.dst:dst_explorer"},
+    {"name": "core-grid", "widget": "course.widgets.dataflow:core_grid", "inputs": grid_run, "kernels": ("tt/09_grid.py",),
+     "modules": ("course.lessons.dataflow", "course.lessons.lesson09")},
+)}

@@ -5,82 +5,60 @@ Every step names its lines by pattern against the live code (``match``: every li
 line and the body it opens; ``span``: from one line to another). A pattern that stops matching after an
 edit stops the build with a sentence, instead of highlighting the wrong lines.
 
-A lesson deck opens with its notebook's title, objectives and sections, shows the lesson's pictures, then
-every kernel file of the lesson, track by track. A kernel file with no entry in ``FILES`` is still
+A lesson deck opens with its notebook's title, objectives and sections, shows the pictures the lesson's module
+declares (``SLIDES`` in course/lessons/lessonNN.py, :class:`LessonSlides`), then every kernel file of the lesson, track
+by track; nothing here is kept by lesson, so a new lesson's deck needs no edit of this file. A kernel file with no entry in ``FILES`` is still
 presented, by its header and every region it marks. A track's tour deck walks its files in lesson order,
 with a morph and a diff between consecutive versions of the loop; the Metal tour ends with what the
 original code tour got wrong (docs/metal.md), one slide each.
 """
 from __future__ import annotations
 
-from course.kernels import load_triton_module
-from course.lessons import dataflow
+from dataclasses import dataclass
+
+from course.lessons import lesson_modules
+from course.slides.slide_errors import SourceMissing
 from course.slides.excerpt import Step, block, match, span
 from course.slides.figures import Figure
 from course.slides.model import (AllRegions, Code, Deck, Divider, Errata, Intro, Ladder, Picture, Quote, Versions,
                                  code)
 from course.slides.sources import KernelSources, lesson, lesson_numbers
 
-__all__ = ["FILES", "PICTURES", "VERSIONS", "TRACK_NAMES", "lesson_deck", "tour_deck", "all_decks"]
+__all__ = ["FILES", "VERSIONS", "BORROWED", "TRACK_NAMES", "LessonSlides", "lesson_slides", "lesson_deck", "tour_deck",
+           "all_decks"]
 
 TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal", "tt": "TT-Lang"}
 
 
-def _one_core_runs(kernels: KernelSources) -> tuple:
-    """The lesson-09 notebook's timeline input: the live one-core kernel with one and with two K/V buffers."""
-    import torch
-    kernel = load_triton_module(str(kernels.path("tt/09_one_core.py"))).one_core_attention
-    gen = torch.Generator().manual_seed(9)
-    q, k, v = (torch.randn(64, 64, generator=gen) for _ in range(3))
-    runs = {f"{n} buffer{'s' if n > 1 else ''} for K and V":
-            dataflow.run(dataflow.variant(kernel, KV_BUFFERS=n), q, k, v) for n in (1, 2)}
-    return (runs,)
+# ---- what each lesson declares for its deck ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LessonSlides:
+    """A lesson's own part of its deck, from its module's ``SLIDES`` (course/lessons/lessonNN.py): its pictures, whether
+    it opens with the ladder of every lesson's kernels, and the kernel file each track without a file of its own
+    borrows (its slides there are :data:`BORROWED`'s of that file)."""
+    pictures: tuple[Figure, ...] = ()
+    ladder: bool = False
+    borrowed: tuple[tuple[str, str], ...] = ()
 
 
-def _grid_run(kernels: KernelSources) -> tuple:
-    """The lesson-09 notebook's grid picture input: the live grid kernel, causal, 256 × 256 at D = 64."""
-    import torch
-    kernel = load_triton_module(str(kernels.path("tt/09_grid.py"))).grid_attention
-    gen = torch.Generator().manual_seed(9)
-    q, k, v = (torch.randn(256, 64, generator=gen) for _ in range(3))
-    return (dataflow.run(kernel, q, k, v, causal=True),)
+_SLIDES_KEYS = {"pictures", "ladder", "borrowed"}
 
 
-ROOFLINE = Figure("roofline", "course.widgets.costs:roofline_explorer")
-ROOFLINE_LONG = Figure("roofline-long", "course.widgets.costs:roofline_explorer", (("log₂ N", 14), ("D", 128)))
-SCORE_MATRIX = Figure("score-matrix", "course.widgets.costs:score_matrix_explorer")
-ONLINE_SOFTMAX = Figure("online-softmax", "course.widgets.online_softmax:online_softmax_explorer",
-                        (("blocks read", 5),))
-TILING = Figure("tiling", "course.widgets.tiling:tiling_explorer", (("key tile", 3), ("query tile", 1)))
-BANKS = Figure("banks", "course.widgets.memory:memory_access_explorer")
-PIPELINE = Figure("pipeline", "course.widgets.memory:pipeline_explorer")
-FRAGMENT_CUDA = Figure("fragment-wmma", "course.widgets.fragments:fragment_explorer", (("lane", 5),))
-FRAGMENT_METAL = Figure("fragment-simdgroup", "course.widgets.fragments:fragment_explorer",
-                        (("fragment", "metal"), ("lane", 5)))
-CAUSAL = Figure("causal-tiles", "course.widgets.causal:causal_explorer", (("N_q", 192), ("programs", 3)))
-DQ_WRITERS = Figure("dq-writers", "course.widgets.backward:backward_explorer")
-TIMELINE_ONE = Figure("timeline-one-buffer", "course.widgets.dataflow:dataflow_timeline",
-                      (("run", "1 buffer for K and V"),), inputs=_one_core_runs, kernels=("tt/09_one_core.py",),
-                      modules=("course.lessons.dataflow",))
-TIMELINE_TWO = Figure("timeline-two-buffers", "course.widgets.dataflow:dataflow_timeline",
-                      (("run", "2 buffers for K and V"),), inputs=_one_core_runs, kernels=("tt/09_one_core.py",),
-                      modules=("course.lessons.dataflow",))
-DST = Figure("dst-budget", "course.widgets.dst:dst_explorer")
-CORE_GRID = Figure("core-grid", "course.widgets.dataflow:core_grid", inputs=_grid_run, kernels=("tt/09_grid.py",),
-                   modules=("course.lessons.dataflow",))
+def lesson_slides() -> dict[str, LessonSlides]:
+    """Lesson number → what its module declares for its deck (a module without ``SLIDES`` declares nothing)."""
+    found = {}
+    for module in lesson_modules():
+        declared = getattr(module, "SLIDES", {})
+        unknown = sorted(set(declared) - _SLIDES_KEYS)
+        if unknown:
+            raise SourceMissing(f"{module.__name__}.SLIDES declares {unknown[0]!r}; a lesson's SLIDES may declare "
+                                f"{', '.join(sorted(_SLIDES_KEYS))}")
+        found[module.__name__[-2:]] = LessonSlides(tuple(Figure(**picture) for picture in declared.get("pictures", ())),
+                                                   bool(declared.get("ladder", False)),
+                                                   tuple(declared.get("borrowed", {}).items()))
+    return found
 
-PICTURES: dict[str, tuple[Figure, ...]] = {
-    "00": (ROOFLINE,),
-    "01": (SCORE_MATRIX,),
-    "02": (ONLINE_SOFTMAX,),
-    "03": (TILING,),
-    "04": (BANKS, PIPELINE),
-    "05": (FRAGMENT_CUDA, FRAGMENT_METAL),
-    "06": (CAUSAL,),
-    "07": (DQ_WRITERS,),
-    "08": (ROOFLINE_LONG,),
-    "09": (TIMELINE_ONE, TIMELINE_TWO, DST, CORE_GRID),
-}
 
 # ---- each kernel file: its header, then the regions worth a slide, with their steps ----------------------
 
@@ -374,17 +352,15 @@ FILES: dict[str, tuple] = {
     ),
 }
 
-# Lesson 00 has no kernel: it shows where every lesson's kernels are.
-LESSON_EXTRAS: dict[str, tuple] = {"00": (Ladder(None),)}
-
-# Lesson 06 in Metal lives in step 05: its deck shows 05's causal parts.
-BORROWED: dict[str, dict[str, tuple]] = {
-    "06": {"metal": (
+# What a lesson that has no file of its own in a track shows of the file it borrows (a lesson's SLIDES name the file):
+# lesson 06's Metal step lives in 05's file, and its deck shows that file's causal parts.
+BORROWED: dict[str, tuple] = {
+    _M + "05_mma.metal": (
         code(_M + "05_mma.metal", "causal_block_skip",
              Step("tiles past the last visible key: never loaded", match(r"if \(causal\)"))),
         code(_M + "05_mma.metal", "softmax_and_rescale",
              Step("the fine mask, on diagonal tiles only", match(r"diagonal|limit ="))),
-    )},
+    ),
 }
 
 # ---- consecutive versions of the loop, per track: 03 → 04 → 05 ------------------------------------------
@@ -393,21 +369,21 @@ def _loop(file: str, *regions: str) -> tuple[Quote, ...]:
     return tuple(Quote(file, region=r) for r in regions)
 
 
-VERSIONS: dict[str, dict[str, Versions]] = {
-    "04": {
-        "triton": Versions(_loop(_T + "03_tiled.py", "load_kv_tile", "online_softmax_update"),
-                           _loop(_T + "04_double_buffer.py", "load_kv_tile", "online_softmax_update")),
-        "cuda": Versions(_loop(_C + "03_tiled.cu", "tile_loop"), _loop(_C + "04_double_buffer.cu", "ping_pong")),
-        "metal": Versions(_loop(_M + "03_tiled.metal", "tile_loop"), _loop(_M + "04_double_buffer.metal", "ping_pong")),
-    },
-    "05": {
-        "triton": Versions(_loop(_T + "04_double_buffer.py", "online_softmax_update"),
-                           _loop(_T + "05_mma.py", "qk_on_tensor_cores", "pv_on_tensor_cores")),
-        "cuda": Versions(_loop(_C + "04_double_buffer.cu", "ping_pong"),
-                         _loop(_C + "05_mma.cu", "scores", "softmax_and_rescale")),
-        "metal": Versions(_loop(_M + "04_double_buffer.metal", "ping_pong"),
-                          _loop(_M + "05_mma.metal", "scores", "softmax_and_rescale", "pv_product")),
-    },
+# The file whose loop is compared with its predecessor's -> (before, after): shown after that file in its lesson's deck
+# and in its track's tour.
+VERSIONS: dict[str, Versions] = {
+    _T + "04_double_buffer.py": Versions(_loop(_T + "03_tiled.py", "load_kv_tile", "online_softmax_update"),
+                                         _loop(_T + "04_double_buffer.py", "load_kv_tile", "online_softmax_update")),
+    _C + "04_double_buffer.cu": Versions(_loop(_C + "03_tiled.cu", "tile_loop"),
+                                         _loop(_C + "04_double_buffer.cu", "ping_pong")),
+    _M + "04_double_buffer.metal": Versions(_loop(_M + "03_tiled.metal", "tile_loop"),
+                                            _loop(_M + "04_double_buffer.metal", "ping_pong")),
+    _T + "05_mma.py": Versions(_loop(_T + "04_double_buffer.py", "online_softmax_update"),
+                               _loop(_T + "05_mma.py", "qk_on_tensor_cores", "pv_on_tensor_cores")),
+    _C + "05_mma.cu": Versions(_loop(_C + "04_double_buffer.cu", "ping_pong"),
+                               _loop(_C + "05_mma.cu", "scores", "softmax_and_rescale")),
+    _M + "05_mma.metal": Versions(_loop(_M + "04_double_buffer.metal", "ping_pong"),
+                                  _loop(_M + "05_mma.metal", "scores", "softmax_and_rescale", "pv_product")),
 }
 
 # ---- the Metal tour's errata: where the course does right what the original tour got wrong -----------------
@@ -448,12 +424,14 @@ def file_slides(ref: str) -> tuple:
     return FILES.get(ref, (Intro(ref),))
 
 
-def lesson_deck(number: str, kernels: KernelSources) -> Deck:
-    slides: list = [*LESSON_EXTRAS.get(number, ()), *(Picture(f) for f in PICTURES.get(number, ()))]
+def lesson_deck(number: str, kernels: KernelSources, declared: LessonSlides | None = None) -> Deck:
+    own = declared if declared is not None else lesson_slides().get(number, LessonSlides())
+    slides: list = [*((Ladder(None),) if own.ladder else ()), *(Picture(f) for f in own.pictures)]
     files = kernels.lesson_files(number)
+    borrows = dict(own.borrowed)
     for track in TRACK_ORDER:
         mine = [f for f in files if f.startswith(track + "/")]
-        borrowed = BORROWED.get(number, {}).get(track, ())
+        borrowed = BORROWED.get(borrows[track], ()) if track in borrows else ()
         if not mine and not borrowed:
             continue
         names = ", ".join(f"kernels/{f}" for f in mine) or "in " + ", ".join(
@@ -464,9 +442,10 @@ def lesson_deck(number: str, kernels: KernelSources) -> Deck:
             if ref not in FILES:
                 slides.append(AllRegions(ref))
         slides.extend(borrowed)
-        if track in VERSIONS.get(number, {}):
-            v = VERSIONS[number][track]
-            slides.append(Versions(v.before, v.after, morph=False, diff=True))
+        for ref in mine:
+            if ref in VERSIONS:
+                v = VERSIONS[ref]
+                slides.append(Versions(v.before, v.after, morph=False, diff=True))
     return Deck(name=lesson(number).folder, title=f"Lesson {number}", slides=tuple(slides), lesson=number,
                 files=tuple(files))
 
@@ -475,13 +454,11 @@ def tour_deck(track: str, kernels: KernelSources) -> Deck:
     files = sorted(str(p.relative_to(kernels.root)) for p in (kernels.root / track).glob("*") if p.is_file())
     slides: list = [Ladder(track)]
     for ref in files:
-        lesson_number = ref.split("/")[1][:2]
         slides.extend(file_slides(ref))
         if ref not in FILES:
             slides.append(AllRegions(ref))
-        versions = VERSIONS.get(lesson_number, {}).get(track)
-        if versions and ref == _last_file_of(files, lesson_number):
-            slides.append(versions)
+        if ref in VERSIONS:
+            slides.append(VERSIONS[ref])
     if track == "metal":
         slides.append(Divider("What the original code tour got wrong",
                               "one slide each, from docs/metal.md, with what this course does instead"))
@@ -494,11 +471,8 @@ def tour_deck(track: str, kernels: KernelSources) -> Deck:
                 subtitle=subtitles.get(track, "every step of the ladder, from the kernel files"), files=tuple(files))
 
 
-def _last_file_of(files: list[str], lesson_number: str) -> str:
-    return [f for f in files if f.split("/")[1].startswith(lesson_number)][-1]
-
-
 def all_decks(kernels: KernelSources) -> list[Deck]:
-    decks = [lesson_deck(n, kernels) for n in lesson_numbers()]
+    declared = lesson_slides()
+    decks = [lesson_deck(n, kernels, declared.get(n, LessonSlides())) for n in lesson_numbers()]
     decks += [tour_deck(t, kernels) for t in ("triton", "cuda", "metal")]
     return decks

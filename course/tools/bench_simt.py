@@ -1,7 +1,8 @@
 """``python -m course.tools.bench_simt``: what the CPU SIMT runtime costs, per checking mode.
 
-Runs attention-sized launches of the course's own CUDA kernels (the tiled forward of lesson 03 and the
-tensor-core forward of lesson 05, N = 256, D = 64, 64 threads per block by default) in fast mode and
+Runs attention-sized launches of the course's own CUDA kernels (the steps whose rows declare
+``simt_bench_tiles``: the tiled forward of lesson 03 and the tensor-core forward of lesson 05, N = 256, D = 64, 64
+threads per block by default) in fast mode and
 in each checking mode, and prints a markdown table: the grid's own time in the child process (median
 of ``--repeat`` launches, after one warm-up that also compiles), the launch's wall time (fork, copies
 and checks included), and each mode's slowdown against fast mode on one core. Every launch's output
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from course.tracks import cuda as cuda_track
+from course.tracks import table
 from course.inputs import make_qkv
 from course.reference import attention
 
@@ -38,10 +40,9 @@ MODES: dict[str, dict[str, Any]] = {
     "memcheck + racecheck, random (grading)": dict(check=("memcheck", "racecheck"), schedule="random", seed=1),
 }
 
-KERNELS = {  # exercise -> tiles giving 64 threads per block
-    "03.tiled_cuda": cuda_track.Tiles(block_m=2, block_n=32),
-    "05.mma_cuda": cuda_track.Tiles(block_m=32, block_n=32),
-}
+# exercise -> tiles giving 64 threads per block: the CUDA C steps whose rows declare them (simt_bench_tiles)
+KERNELS = {row.id: cuda_track.Tiles(*row.simt_bench_tiles) for row in table.exercises(track="cuda")
+           if row.simt_bench_tiles}
 
 
 def _cpu_name() -> str:

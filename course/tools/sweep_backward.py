@@ -69,10 +69,11 @@ class Shape:
 # The shapes of the H200 run: the leaderboard's, and a 128-wide causal one (where the dK/dV kernel's registers bind).
 SHAPES = {"leaderboard": Shape(1, 16, 16384, 64, True, torch.bfloat16),
           "d128_causal": Shape(4, 32, 4096, 128, True, torch.float16)}
-# kind: (dq mode, the kernel whose config is swept; the other kernels run their check configs). "capstone" is no dQ
-# mode of lesson 07: it runs kernels/triton/08_backward.py instead.
-KINDS = {"dkdv": ("atomic", "dkdv_kernel"), "dq": ("split", "dq_kernel"), "dkdv_split": ("split", "dkdv_kernel"),
-         "capstone": ("capstone", "bwd_kernel")}
+# kind: (dq mode, the kernel whose config is swept, the kernel file that holds it and its check configs); the other
+# kernels run their check configs. "capstone" is no dQ mode of lesson 07: it runs kernels/triton/08_backward.py.
+_LESSON_BACKWARD, _CAPSTONE_BACKWARD = "triton/07_backward", "triton/08_backward"
+KINDS = {"dkdv": ("atomic", "dkdv_kernel", _LESSON_BACKWARD), "dq": ("split", "dq_kernel", _LESSON_BACKWARD),
+         "dkdv_split": ("split", "dkdv_kernel", _LESSON_BACKWARD), "capstone": ("capstone", "bwd_kernel", _CAPSTONE_BACKWARD)}
 
 Config = tuple[int, ...]  # BLOCK_M, BLOCK_N, warps, stages; the capstone's: BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, ...
 FIELDS = {"capstone": ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2", "warps", "stages")}
@@ -151,14 +152,14 @@ def inputs(shape: Shape, device: str, seed: int = 0) -> dict[str, Any]:
 def backward(args: dict[str, Any], kind: str, config: Config | None) -> tuple[torch.Tensor, ...]:
     """One backward of lesson 07 in ``kind``'s mode (or the capstone's, kind "capstone"), at the check configs
     (``config`` None) or with ``config`` for ``kind``'s kernel; never the autotuner, never a launch table."""
-    mode, kernel = KINDS[kind]
+    mode, kernel, file = KINDS[kind]
     configs = None if config is None else {kernel: _triton_config(config)}
     with autotune(False):
         if kind == "capstone":
-            return load_triton_module("triton/08_backward").attention_backward_bhnd(
+            return load_triton_module(file).attention_backward_bhnd(
                 args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], causal=args["causal"],
                 scale=args["scale"], configs=configs)
-        return load_triton_module("triton/07_backward").attention_backward_bhnd(
+        return load_triton_module(file).attention_backward_bhnd(
             args["q"], args["k"], args["v"], args["o"], args["lse"], args["do"], causal=args["causal"],
             scale=args["scale"], dq_mode=mode, configs=configs)
 
@@ -167,14 +168,14 @@ def sweep(shapes: dict[str, Shape], kinds: Iterable[str], time_ms: Callable[[Cal
           device: str, configs: Callable[[str, int], list[Config]] = grid) -> Iterator[dict[str, Any]]:
     """One record per launch: the check config's first, then every config of ``configs(kind, head_dim)``.
     ``time_ms(fn)`` times a call (the median of many on a GPU); a config whose gradients disagree is not timed."""
-    check_configs = {"07": load_triton_module("triton/07_backward").check_config,
-                     "08": load_triton_module("triton/08_backward").check_config}
+    check_configs = {file: load_triton_module(file).check_config for _, _, file in KINDS.values()}
     for name, shape in shapes.items():
         args = inputs(shape, device)
         for kind in kinds:
             reference = backward(args, kind, None)
             base = time_ms(lambda: backward(args, kind, None))
-            chosen = check_configs["08" if kind == "capstone" else "07"](shape.head_dim, shape.dtype)[KINDS[kind][1]]
+            _, kernel, file = KINDS[kind]
+            chosen = check_configs[file](shape.head_dim, shape.dtype)[kernel]
             yield dict(shape=name, kind=kind, config="check_config", launch=_describe(chosen), ms=round(base, 4),
                        bwd_tflops=round(shape.backward_flops() / base / 1e9, 1))
             for config in configs(kind, shape.head_dim):

@@ -28,6 +28,8 @@ Run any step on this machine's tier with ``python -m course run 03 --track cuda`
 """
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from course.errors import CourseError
 from course.paths import REPO
 
 __all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "GateCall", "GivenKernel", "KernelExercise", "KERNEL_EXERCISES",
-           "GIVEN_KERNELS", "exercise", "exercises", "find", "graded_whole", "gate_declaration", "ladder_baseline"]
+           "GIVEN_KERNELS", "lesson_rows", "exercise", "exercises", "find", "graded_whole", "gate_declaration", "ladder_baseline"]
 
 TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}  # what a learner reads for each track
 
@@ -106,6 +108,9 @@ class KernelExercise:
     ladder_tiles: tuple[tuple[int, ...], ...] = ()
     """CUDA C forward ladder (``course.tools.bench_cuda``): the tile sizes validated and timed besides the step's
     default. A step that declares any is on the ladder."""
+    simt_bench_tiles: tuple[int, ...] = ()
+    """(block_m, block_n) at which ``course.tools.bench_simt`` times this CUDA C step in every checking mode of the CPU
+    runtime (64 threads per block). Empty: that benchmark leaves the step out."""
     ladder_baseline: bool = False
     """The ladder's naive baseline (one thread per query row, one head per launch), timed on the shapes without a
     mask; also the launch a one-thread-per-row module of its track gets when no step names it."""
@@ -165,7 +170,7 @@ class KernelExercise:
         return f"python -m course run {self.lesson} --track {self.track}{variant}"
 
 
-_DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "two_group_tiles", "ladder_tiles", "ladder_baseline", "answer_gate_dtype",
+_DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "two_group_tiles", "ladder_tiles", "simt_bench_tiles", "ladder_baseline", "answer_gate_dtype",
                  "answer_gate_target", "bench_call", "smoke_case", "technique_probe", "probe_under_grader",
                  "gate_cases", "gate_calls")
 
@@ -240,7 +245,7 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _m("02", "online_softmax", "online_attention", layout="naive", key_blocks=False, across_tracks=_ONLINE_ATTENTION),
     _t("03", "tiled", "tiled_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=2), **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
     _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True,
-       grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
+       grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32)), simt_bench_tiles=(2, 32)),
     _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), layout="tiled",
        tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8)),
     _t("04", "double_buffer", "pipelined_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=3),
@@ -254,7 +259,7 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
        technique_probe="matrix_units_triton",
        **_FORWARD_GATE, gate_calls=(_call("tensor_core_attention", _Q3),)),
     _c("05", "mma", "wmma_attention", layout="wmma", tiles=(64, 64), writes_lse=True, half_inputs=True,
-       d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64))),
+       d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64)), simt_bench_tiles=(32, 32)),
     _m("05", "mma", "simdgroup_attention", defines=("MAX_HEAD_DIM",), d_multiple=8, half_inputs=True,
        layout="simdgroup", tile_choices=((32, 32), (16, 32), (16, 16)), grading_tiles=(16, 16)),
     _t("06", "causal", "causal_attention", bench_call="qkv_causal", smoke_case=_smoke(17, 33, 32, causal=True, seed=5),
@@ -295,6 +300,63 @@ GIVEN_KERNELS: tuple[GivenKernel, ...] = (
                 (_call("attention_backward", "q q q q lse q", "plain", causal="causal"),
                  _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal"))),
 )
+
+
+# -- rows a lesson declares in its own module ---------------------------------------------------------
+# A lesson module (course/lessons/lessonNN.py) may declare its steps' rows itself, as ``KERNEL_ROWS``: a tuple of
+# dict displays, one a row, holding only literals (``{"track": "cuda", "step": "naive", "entry": "naive_attention",
+# "layout": "naive"}``; ``entry`` lists a CUDA or Metal file's kernels in launch order, a ``gate_calls`` item is
+# ``(function, args[, when[, {keyword: value}]])``). They are read from the module's text, not imported: a lesson
+# module imports the grading, which imports this table.
+
+_LESSON_MODULE = re.compile(r"lesson(\d\d)\.py")
+_ROWS_NAME = "KERNEL_ROWS"
+
+
+def _declared_row(lesson: str, declared: dict[str, Any], where: str) -> KernelExercise:
+    fields = dict(declared)
+    try:
+        track, step, entry = fields.pop("track"), fields.pop("step"), fields.pop("entry")
+    except KeyError as missing:
+        raise CourseError(f"{where}: a row of {_ROWS_NAME} has no {missing.args[0]!r}; every row names its track, "
+                          "step and entry") from None
+    if track not in TRACKS:
+        raise CourseError(f"{where}: a row of {_ROWS_NAME} names the track {track!r}; the tracks are {', '.join(TRACKS)}")
+    calls = tuple(GateCall(call[0], tuple(call[1].split()), tuple(dict(call[3] if len(call) > 3 else {}).items()),
+                           call[2] if len(call) > 2 else "always") for call in fields.pop("gate_calls", ()))
+    variant, shared_file = fields.pop("variant", ""), fields.pop("shared_file", False)
+    learner_wrapper, wraps = fields.pop("learner_wrapper", False), tuple(fields.pop("wraps", ()))
+    for name in ("grading_tiles", "two_group_tiles"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    if "ladder_tiles" in fields:
+        fields["ladder_tiles"] = tuple(tuple(tiles) for tiles in fields["ladder_tiles"])
+    if calls:
+        fields["gate_calls"] = calls
+    return _row(lesson, step, track, tuple(entry.split()), variant, shared_file, learner_wrapper, wraps, **fields)
+
+
+def lesson_rows(folder: Path) -> tuple[KernelExercise, ...]:
+    """The rows the lesson modules in ``folder`` declare (``KERNEL_ROWS``), in lesson order."""
+    rows: list[KernelExercise] = []
+    for path in sorted(folder.glob("lesson[0-9][0-9].py")):
+        text = path.read_text(encoding="utf-8")
+        if _ROWS_NAME not in text:  # most modules declare none: no parse for them
+            continue
+        where = f"course/lessons/{path.name}"
+        for node in ast.parse(text, str(path)).body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == _ROWS_NAME for t in node.targets):
+                try:
+                    declared = ast.literal_eval(node.value)
+                except ValueError:
+                    raise CourseError(f"{where}: {_ROWS_NAME} must hold literals only (dict displays of strings, "
+                                      f"numbers, tuples), since it is read without importing the module") from None
+                lesson = _LESSON_MODULE.fullmatch(path.name).group(1)
+                rows += [_declared_row(lesson, row, where) for row in declared]
+    return tuple(rows)
+
+
+KERNEL_EXERCISES += lesson_rows(REPO / "course" / "lessons")
 
 _BY_ID = {e.id: e for e in KERNEL_EXERCISES}
 

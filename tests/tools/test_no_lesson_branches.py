@@ -27,9 +27,6 @@ LESSON_HOMES = ("course/lessons/", "autograder/corpora/")
 # Modules that still name lessons, with the number of places and what moves them to declarations.
 NOT_YET_DECLARED = {
     "course/grading/measured.py": (5, "the technique probes' tables (SIMT_PROBES, MATRIX_PROBES, ...) by exercise id"),
-    "course/slides/decks.py": (4, "the slides of each lesson and kernel file: one table of decks by lesson"),
-    "course/tools/bench_simt.py": (1, "the SIMT runtime's benchmark times two chosen kernels, by exercise id"),
-    "course/tools/sweep_backward.py": (1, "the sweep of lesson 07's and 08's backward configs keys their check configs"),
 }
 
 _LESSON_NUMBER = re.compile(r"\d\d")
@@ -150,7 +147,8 @@ def test_the_modules_that_now_read_declarations_stay_clean():
     for module in ("course/tracks/triton_compile.py", "course/grading/kernel_steps.py", "course/tools/bench_cuda.py",
                    "course/grading/engines.py", "course/grading/checks.py", "course/tracks/cuda.py",
                    "course/tracks/metal.py", "course/tracks/triton_answer.py", "course/grading/counters.py",
-                   "course/tools/bench_triton.py", "course/track_choice.py"):
+                   "course/tools/bench_triton.py", "course/track_choice.py", "course/slides/decks.py",
+                   "course/tools/bench_simt.py", "course/tools/sweep_backward.py"):
         assert module not in found, found[module]
         assert module not in NOT_YET_DECLARED
 
