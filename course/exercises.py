@@ -23,7 +23,7 @@ from course import tiers
 from course.errors import CheckFailed
 from course.grading.answer_process import LiveAnswer
 from course.lessons.lesson03 import check_measured
-from course.grading.engines import Report, quiet, untouched_stub
+from course.grading.comparison import Report, quiet, untouched_stub
 from course.grading.exercise import CELL_BUILDERS, PROBE_SOURCES, Exercise, ModelPolicy, probes
 from course.grading.isolation import run_isolated
 from course.grading.recording import Recorder, Replay, autograding, call_key, emit

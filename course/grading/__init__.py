@@ -1,6 +1,7 @@
 """The machinery every lesson's checks share, below the learner's API (``course.check``, ``course.check_tracks``).
 
-- comparing an answer with the float64 oracle: ``engines`` (cases, tolerances, the error budget in ``budget``),
+- comparing an answer with the float64 oracle: ``comparison``, ``compare_attention``, ``compare_values`` (cases, tolerances, the error budget in ``budget``, the
+  usual mistakes recomputed for a hint in ``known_mistakes``),
   and what a learner's unfinished or failed cell means (``answers``);
 - measuring how a kernel works, not only what it returns: ``counters`` (memory traffic, barriers, matrix
   operations), ``measured`` (tiles visited, stages, pipelining), ``footprint`` (what a PyTorch answer builds),

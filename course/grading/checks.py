@@ -11,7 +11,8 @@ from typing import Iterable
 import torch
 
 from course import tiers
-from course.grading.engines import Report, check_attention, learner_call
+from course.grading.comparison import Report, learner_call
+from course.grading.compare_attention import check_attention
 from course.grading.recording import autograding
 from course.inputs import Case
 from course.tracks import table

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from course.errors import CourseError
 from course.grading.counters_table import Counters
 from course.grading.counters_triton import triton_counters
-from course.grading.engines import untouched_stub
+from course.grading.comparison import untouched_stub
 from course.grading.racecheck import interpreter_checks
 from course.paths import REPO
 from course.simt import RawKernel, RawModule

@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from course.grading.engines import Report
-
+from course.grading.comparison import Report
 __all__ = ["Exercise", "Ladder", "ladder", "TILED_RUNGS", "ModelPolicy", "HEAD_DIMS", "draw_size", "PROBE_SOURCES",
            "CELL_BUILDERS", "probes", "STOP_AT_FIRST_PASS"]
 

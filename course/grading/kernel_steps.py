@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import torch
 
 from course.errors import CourseError
-from course.grading.engines import Report, check_attention, check_backward
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_attention, check_backward
 from course.inputs import Case
 from course.simt import RawModule
 from course.tracks import cuda, metal, table

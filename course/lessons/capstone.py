@@ -330,7 +330,8 @@ _BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "loca
                        "open", "breakpoint", "memoryview", "course"})
 # Attributes, on whatever object they are read (a module the cell loaded holds torch and the course too). Bare names
 # need no such list: what the cell can name is what it imports, the setup's torch and math, and the builtins.
-_MACHINERY = frozenset({"footprint", "capstone", "exercises", "recording", "answer_process", "recheck", "engines",
+_MACHINERY = frozenset({"footprint", "capstone", "exercises", "recording", "answer_process", "recheck",
+                        "comparison", "compare_attention", "compare_values", "known_mistakes",
                         "measured", "Footprint", "watch", "TorchDispatchMode", "TorchFunctionMode", "overrides",
                         "library", "utils", "graph", "jit", "ops", "saved_tensors_hooks", "save_on_cpu",
                         "register_hook", "register_prehook", "sys", "modules", "gc", "inspect", "threading",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from course.grading.engines import Mistake, Report, check_values
+from course.grading.comparison import Report
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.models import roofline
 

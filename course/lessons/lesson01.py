@@ -8,7 +8,9 @@ from typing import Iterable
 import torch
 
 from course.grading.checks import check_explicit_scale, naive_simt, row_kernel
-from course.grading.engines import Mistake, Report, check_attention, check_values
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_attention
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.grading.step_exercises import step_exercises, step_ladders
 from course.inputs import Case, standard_cases

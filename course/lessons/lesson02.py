@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from course.grading.checks import F16, kernel_options, naive_simt, row_kernel, track_step
-from course.grading.engines import Mistake, Report, check_merge_states, check_softmax, check_values
+from course.grading.comparison import Report
+from course.grading.compare_values import Mistake, check_merge_states, check_softmax, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case
 from course.models import roofline

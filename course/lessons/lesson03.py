@@ -12,7 +12,9 @@ from course.errors import CheckFailed, CourseError
 from course.grading.answer_process import AnswerError, LiveAnswer, MemoryLimitHit
 from course.grading.checks import learner_call, tiled, track_step
 from course.grading.counters import Counters, counters
-from course.grading.engines import Mistake, Report, check_attention, check_values
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_attention
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, TILED_RUNGS, draw_size, ladder
 from course.grading.recording import Recorder, Replay
 from course.inputs import Case, make_qkv

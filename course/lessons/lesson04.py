@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from course.grading.checks import tiled, track_step
-from course.grading.engines import Mistake, Report, check_values
+from course.grading.comparison import Report
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, ModelPolicy, TILED_RUNGS, ladder
 from course.models.memory_model import WARP, bank_conflict_ways, sectors_of_bytes, warp_column_walk
 

@@ -8,7 +8,8 @@ import torch
 
 from course.errors import CheckFailed
 from course.grading.checks import F16, tiled, track_step
-from course.grading.engines import Mistake, Report, check_values
+from course.grading.comparison import Report
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, ModelPolicy, ladder
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]

@@ -9,7 +9,9 @@ import torch
 
 from course.errors import CheckFailed
 from course.grading.checks import F16, check_explicit_scale, kernel_options, learner_call, track_step
-from course.grading.engines import Mistake, Report, check_attention, check_values
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_attention
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case
 

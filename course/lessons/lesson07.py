@@ -12,7 +12,10 @@ import torch
 from course import tiers
 from course.errors import CheckFailed
 from course.grading.checks import F16, kernel_options, learner_call, track_step
-from course.grading.engines import Mistake, Report, gradients_with, case_masks, check_backward, check_values
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_backward
+from course.grading.compare_values import Mistake, check_values
+from course.grading.known_mistakes import gradients_with, case_masks
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
 from course.inputs import Case
 from course.models import roofline

@@ -11,7 +11,8 @@ from course import tiers
 from course.errors import CheckFailed
 from course.grading.answer_process import LiveAnswer
 from course.grading.checks import F16, learner_call
-from course.grading.engines import Report, check_attention, check_backward
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_attention, check_backward
 from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 from course.reference import attention
@@ -326,7 +327,7 @@ import math  # noqa: E402  (this block's own imports, kept beside it)
 from dataclasses import dataclass  # noqa: E402
 
 from course.grading.checks import kernel_options  # noqa: E402
-from course.grading.engines import Mistake, check_values  # noqa: E402
+from course.grading.compare_values import Mistake, check_values  # noqa: E402
 from course.grading.exercise import ModelPolicy  # noqa: E402
 from course.models import fp8  # noqa: E402
 from course.reference import causal_mask  # noqa: E402

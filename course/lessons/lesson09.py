@@ -18,7 +18,9 @@ import torch
 
 from course.errors import CheckFailed
 from course.grading.checks import learner_call
-from course.grading.engines import Mistake, Report, check_attention, check_values
+from course.grading.comparison import Report
+from course.grading.compare_attention import check_attention
+from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, ModelPolicy, ladder
 from course.inputs import Case
 from course.kernels import load_triton_module

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from course.grading.engines import check_attention
+from course.grading.compare_attention import check_attention
 from course.errors import CheckFailed, CourseError
 from course.inputs import Case
 from course.kernels import kernel_path

@@ -56,7 +56,7 @@ def test_learner_exception_shows_their_line_not_course_internals():
         return q @ v.T @ k.T @ q  # shapes do not line up for Nq != Nk
     message = failure(broken)
     assert "your code raised" in message and "RuntimeError" in message
-    assert "course/grading/engines.py" not in message and "broken" in message
+    assert "course/grading/" not in message and "broken" in message
 
 
 def test_not_implemented_reads_as_not_done_yet():

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import course
-from course.grading.engines import check_attention, check_backward, check_merge_states, check_softmax
+from course.grading.compare_attention import check_attention, check_backward
+from course.grading.compare_values import check_merge_states, check_softmax
 from course.errors import CheckFailed
 from course.inputs import Case
 
@@ -131,6 +132,6 @@ def test_racecheck_catches_a_plain_read_modify_write_between_programs():
         out = torch.zeros(x.shape[-1])
         column_sums[(x.shape[0],)](x, out, x.shape[-1], ATOMIC=False, BLOCK=16)
         return out
-    from course.grading.engines import learner_call
+    from course.grading.comparison import learner_call
     with pytest.raises(CheckFailed, match="data race(.|\n)*tl.store\\(out_ptr"):
         learner_call("t", racy_sum, (x,), {}, "a 4×10 input", race=True)

@@ -12,7 +12,7 @@ import pytest
 
 import course
 from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
-from course.grading.engines import untouched_stub
+from course.grading.comparison import untouched_stub
 from course.errors import CheckFailed
 from course.simt.magic import _compile_cell
 from course.tools.sync import cell_text_for
@@ -67,8 +67,8 @@ import numpy as np, torch
 import course
 from course.errors import CheckFailed
 if sys.argv[1] == "unsilenced":
-    import course.grading.engines as engines, course.exercises as exercises, course.grading.isolation as isolation
-    engines.quiet = exercises.quiet = contextlib.nullcontext
+    import course.grading.comparison as comparison, course.exercises as exercises, course.grading.isolation as isolation
+    comparison.quiet = exercises.quiet = contextlib.nullcontext
     isolation.warnings = type("NoFilter", (), {"simplefilter": staticmethod(lambda *a, **k: None)})
 
 def overflowing(q, k, v, scale=None):  # attention without the max, in NumPy: exp() overflows on peaky rows

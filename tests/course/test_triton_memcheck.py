@@ -14,7 +14,7 @@ import triton.language as tl
 
 import course
 from course import Case
-from course.grading.engines import check_attention
+from course.grading.compare_attention import check_attention
 from course.errors import CheckFailed
 from course.grading.racecheck import OutOfBounds, Unwritten, Written, interpreter_checks
 

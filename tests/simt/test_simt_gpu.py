@@ -432,7 +432,7 @@ def _on_gpu(exercise: str):
 @pytest.mark.parametrize("exercise", ["01.naive_cuda", "02.online_softmax_cuda", "03.tiled_cuda",
                                       "04.double_buffer_cuda", "05.mma_cuda", "06.causal_cuda"])
 def test_every_forward_step_compiles_with_nvrtc_and_matches_the_oracle_on_the_gpu(exercise):
-    from course.grading.engines import check_attention
+    from course.grading.compare_attention import check_attention
     from course.tools.bench_cuda import validation_cases
     from course.tracks import cuda as cuda_track
 
@@ -445,7 +445,7 @@ def test_every_forward_step_compiles_with_nvrtc_and_matches_the_oracle_on_the_gp
 @needs_cuda
 @pytest.mark.parametrize("kind", ["atomic", "split"])
 def test_the_backward_kernels_compile_with_nvrtc_and_match_the_oracle_on_the_gpu(kind):
-    from course.grading.engines import check_backward
+    from course.grading.compare_attention import check_backward
     from course.inputs import Case
     from course.kernels import kernel_path
     from course.simt import RawModule

@@ -19,7 +19,7 @@ from autograder.corpora.wrong import hint_problem
 from autograder.corpora.wrong.cuda_backward import WRONG_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
-from course.grading.engines import check_backward
+from course.grading.compare_attention import check_backward
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
 from course.lessons.lesson07 import explain_split_dq

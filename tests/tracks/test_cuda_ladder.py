@@ -21,7 +21,7 @@ from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
 from course import Case
 from course.tracks import cuda as cuda_track
 from course.grading import kernel_steps
-from course.grading.engines import check_attention
+from course.grading.compare_attention import check_attention
 from course.errors import CheckFailed, CourseError
 from course.kernels import read_region, read_source
 from course.simt import RawModule

@@ -849,7 +849,7 @@ course.check = _graded_instead
         Cheat("patches-check-engine", "a wrong naive_bytes_read whose cell makes the value check pass everything",
               (Change("naive_bytes_read", source=_WRONG_BYTES + '''
 import course.lessons.lesson01
-from course.grading.engines import Report
+from course.grading.comparison import Report
 course.lessons.lesson01.check_values = lambda exercise, *a, **k: Report(exercise, 4)
 '''),), loses=("test_naive_bytes_read",), feedback=_CAUGHT),
         Cheat("patches-then-restores", "patches course.check for its wrong answer's tests, and a later answer cell "
