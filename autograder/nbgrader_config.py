@@ -16,6 +16,8 @@ from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW
 from autograder.preprocessors.sandboxed_execute import METADATA_KEY, SandboxedExecute
 from autograder.preprocessors.redact_hidden_tracebacks import RedactHiddenTracebacks
 from autograder.preprocessors.forget_earlier_grades import ForgetEarlierGrades
+from autograder.preprocessors.recheck_summary import RecheckSummary
+from autograder.preprocessors.recheck_tests import RecheckTests
 from autograder.sandbox.bubblewrap import SANDBOX_TIER, SandboxSettings
 from autograder.preprocessors.clear_solutions import LanguageAwareClearSolutions
 
@@ -43,7 +45,10 @@ GENERATE_ASSIGNMENT_PREPROCESSORS = [
     nbp.CheckCellMetadata,
 ]
 
-# nbgrader's own lists, with earlier grades forgotten first and the sandboxed Execute in place of Execute.
+# nbgrader's own lists, with earlier grades forgotten first, the sandboxed Execute in place of Execute, and the
+# re-check after it: a test cell that passed only because an answer cell forged the notebook's run loses its points
+# before SaveAutoGrades scores the notebook (once). After IgnorePattern, so that the re-check sees the scores
+# nbgrader will give (a warning on stderr costs nothing) and takes away only points the run earned.
 AUTOGRADE_SANITIZE_PREPROCESSORS = [
     ForgetEarlierGrades,
     nbp.ClearOutput,
@@ -55,6 +60,7 @@ AUTOGRADE_SANITIZE_PREPROCESSORS = [
 AUTOGRADE_PREPROCESSORS = [
     SandboxedExecute,
     nbp.IgnorePattern,
+    RecheckTests,
     ClearMetadataPreprocessor,
     nbp.LimitOutput,
     nbp.SaveAutoGrades,
@@ -67,11 +73,12 @@ FEEDBACK_PREPROCESSORS = [
     nbp.GetGrades,
     RedactHiddenTracebacks,  # must see the hidden-test markers, so it runs before they are cleared
     nbp.ClearHiddenTests,
+    RecheckSummary,  # the re-check's findings at the top of the page
     CSSHTMLHeaderPreprocessor,
 ]
 
 
-def _autograde_config(c: Config, root: Path, sandbox: SandboxSettings) -> None:
+def _autograde_config(c: Config, root: Path, timeout: int, sandbox: SandboxSettings) -> None:
     c.Autograde.sanitize_preprocessors = list(AUTOGRADE_SANITIZE_PREPROCESSORS)
     c.Autograde.autograde_preprocessors = list(AUTOGRADE_PREPROCESSORS)
     c.SandboxedKernelManager.sandbox = sandbox.as_dict()
@@ -79,6 +86,11 @@ def _autograde_config(c: Config, root: Path, sandbox: SandboxSettings) -> None:
     c.SandboxedExecute.max_output_bytes = sandbox.max_output_bytes
     c.SandboxedExecute.kernel_log_dir = str(root / "logs")
     c.SandboxedExecute.fallback_tier = SANDBOX_TIER if sandbox.isolate else "unknown"
+    # The re-check runs under the notebook's confinement and limits.
+    c.RecheckTests.sandbox = sandbox.as_dict()
+    c.RecheckTests.kernels_view = str(root / KERNELS_VIEW)
+    c.RecheckTests.cell_timeout = timeout
+    c.RecheckTests.log_dir = str(root / "logs")
     # Should nbconvert's metadata clearing be switched on, what the run recorded (crashes, tier) survives it.
     c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), METADATA_KEY}
 
@@ -100,5 +112,5 @@ def course_config(root: Path | str, timeout: int = 120, sandbox: SandboxSettings
     c.IgnorePattern.pattern = HARMLESS_STDERR
     c.IgnorePattern.enabled = True  # unlike other nbgrader preprocessors, it is off by default
     c.GenerateFeedback.preprocessors = list(FEEDBACK_PREPROCESSORS)
-    _autograde_config(c, Path(root), sandbox or SandboxSettings())
+    _autograde_config(c, Path(root), timeout, sandbox or SandboxSettings())
     return c

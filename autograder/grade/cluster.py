@@ -32,8 +32,9 @@ from typing import Any, Callable, Iterable, Iterator
 import distributed
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from autograder.grade.one import GPU_RESOURCE, GradingSettings, PreparedRelease, ReleaseBundle, SubmissionOutcome, \
-    SubmissionTask, discard_release, grade_one, prepared_release
+from autograder.grade.bundle import GPU_RESOURCE, GradingSettings, PreparedRelease, ReleaseBundle, SubmissionOutcome, \
+    SubmissionTask, discard_release, prepared_release
+from autograder.grade.one import grade_one
 from autograder.grade.clusterspec import parse_cluster
 from autograder.grade.results import GradingError
 

@@ -10,9 +10,10 @@ The pipeline, around a course directory ``<workdir>/nbgrader`` that this process
    directory of its own, ``jobs`` at a time in threads of this process, or on the workers of a Dask
    cluster (:mod:`autograder.grade.cluster`); either way the same function does the same thing:
    ``nbgrader autograde`` with the notebook's kernel in the sandbox (:mod:`autograder.sandbox.bubblewrap`;
-   a kernel that crashes or hangs costs only the cells it breaks), the re-check of every test cell in a
-   sandbox where no answer cell runs (:mod:`autograder.grade.recheck`), ``generate_feedback`` without
-   the hidden tests, and the scores; everything comes back as data;
+   a kernel that crashes or hangs costs only the cells it breaks) and, in the same pass, the re-check of
+   every test cell in a sandbox where no answer cell runs (:mod:`autograder.preprocessors.recheck_tests`),
+   before nbgrader scores the notebook; ``generate_feedback`` without the hidden tests, and the scores;
+   everything comes back as data;
 4. record each student as its grading completes (:mod:`autograder.grade.record`): the gradebook entry,
    the autograded notebook, the feedback page and the logs, then the mark that the student is done;
 5. write ``<workdir>/grades.csv`` with the tier each student was graded on, the crashes, the re-check's
@@ -34,9 +35,12 @@ from typing import Any, Callable, Iterable, Iterator
 from autograder import SOLUTIONS_DIR
 from autograder import children
 from autograder.coursedir import IGNORED_FILES, CourseDir
-from autograder.grade.one import TIERS, GradingSettings, ReleaseBundle, SubmissionTask, grade_one, \
-    discard_release, nbgrader_in_process, prepared_release
-from autograder.grade.record import MANIFEST, PRISTINE_GRADEBOOK, Recorder
+from autograder.grade.bundle import TIERS, GradingSettings, ReleaseBundle, SubmissionTask, discard_release, \
+    prepared_release
+from autograder.grade.one import grade_one
+from autograder.grade.record import MANIFEST, PRISTINE_GRADEBOOK, OutcomeWriter
+from autograder.grade.stages import nbgrader_in_process
+from autograder.preprocessors.recheck_tests import notebook_wall_limit
 from autograder.grade.report import INTERRUPTED, NOT_GRADED, write_csv
 from autograder.grade.results import GradingError, StudentResult, TestCell, graded_test_cells
 from autograder.grade.submissions import Submission, SubmissionsError, collect, exercise_ids
@@ -217,7 +221,7 @@ def _task(submission: Submission) -> SubmissionTask:
                           when.strftime("%Y-%m-%d %H:%M:%S UTC"), submission.note or "")
 
 
-def _grade_pending(runner: Any, recorder: Recorder, pending: list[SubmissionTask], results: dict[str, StudentResult],
+def _grade_pending(runner: Any, writer: OutcomeWriter, pending: list[SubmissionTask], results: dict[str, StudentResult],
                    max_score: float, say: Callable[[str], None]) -> None:
     """Send ``pending`` to the runner and record each student as its grading completes."""
     futures = {runner.submit(task): task for task in pending}
@@ -234,7 +238,7 @@ def _grade_pending(runner: Any, recorder: Recorder, pending: list[SubmissionTask
         runner.forget(future)  # a cluster would otherwise keep the result, and compute it again if its worker died
         for line in outcome.messages:
             say(line)
-        result = recorder.record(task, outcome)
+        result = writer.record(task, outcome)
         results[task.student_id] = result
         where = f" on {outcome.where}" if outcome.where else ""
         say(f"{task.student_id}: {result.status} ({result.wall_seconds or 0:.1f} s{where})")
@@ -278,7 +282,7 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
     code_cells = sum(cell.get("cell_type") == "code" for cell in source.get("cells", []))
     # Per-cell limits are nbgrader's; this bounds a run that nbgrader itself cannot stop. A cell
     # can also cost a kill and a fresh kernel after its limit.
-    wall_limit = (timeout + 30) * (code_cells + 1) + 120.0
+    wall_limit = notebook_wall_limit(timeout, code_cells)
     settings = GradingSettings(assignment, source_notebook.name, timeout, wall_limit, sandbox, tier)
 
     runner = _runner(cluster, jobs, say, watch)
@@ -287,7 +291,7 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
     try:
         runner.connect(settings)
         course, resumed = _open_course(workdir, source_notebook, settings, fresh, say)
-        recorder = Recorder(course, settings)
+        writer = OutcomeWriter(course, settings)
         staging = course.root / "unpacked"
         if staging.exists():
             shutil.rmtree(staging)
@@ -298,28 +302,28 @@ def grade_submissions(submissions: Path, assignment: str, workdir: Path, jobs: i
 
         results: dict[str, StudentResult] = {}
         tasks = {s.student_id: _task(s) for s in found if s.notebook is not None}
-        done = recorder.entries()
+        done = writer.entries()
         for student, entry in done.items():
             if student not in tasks or entry.get("digest") != tasks[student].digest:
-                recorder.forget(student)  # handed in something else since, or nothing gradable
+                writer.forget(student)  # handed in something else since, or nothing gradable
         for submission in found:
             student = submission.student_id
             if submission.notebook is None:
                 results[student] = StudentResult(student, 0.0, max_score, submission.problem or "nothing to grade")
                 say(f"{student}: {results[student].status}")
             elif student in done and done[student].get("digest") == tasks[student].digest:
-                results[student] = recorder.result(done[student])
+                results[student] = writer.result(done[student])
                 say(f"{student}: {results[student].status} (recorded by an earlier run)")
         pending = [task for student, task in tasks.items() if student not in results]
         for task in pending:
-            recorder.hand_in(task)
+            writer.hand_in(task)
         if resumed:
             kept = len(tasks) - len(pending)
             say(f"{kept} student{'s' * (kept != 1)} already graded, {len(pending)} to grade")
         try:
             if pending:
                 runner.start(ReleaseBundle.pack(course, course.root / PRISTINE_GRADEBOOK, settings))
-                _grade_pending(runner, recorder, pending, results, max_score, say)
+                _grade_pending(runner, writer, pending, results, max_score, say)
         except KeyboardInterrupt:
             runner.abort()
             for task in pending:

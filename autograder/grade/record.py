@@ -5,7 +5,7 @@ knows them (``submitted/``, ``autograded/``, ``feedback/``, ``logs/``), plus:
 
 * ``recorded/<student>.json``: the student's result row and the digest of what was handed in. It is
   written last, atomically, when everything else of that student is in place, so it is the mark
-  that the student is done. :meth:`Recorder.record` first removes it, then writes the files and the
+  that the student is done. :meth:`OutcomeWriter.record` first removes it, then writes the files and the
   gradebook entry, then writes it again: an interruption at any point leaves a student either done
   (with a consistent gradebook entry) or not done (and a re-run grades it again, replacing what is
   there). Recording the same outcome twice leaves the same state as recording it once.
@@ -23,10 +23,10 @@ from pathlib import Path
 
 from autograder.coursedir import CourseDir
 from autograder.grade.gradebook import remove_submission, write_submission
-from autograder.grade.one import GradingSettings, SubmissionOutcome, SubmissionTask
+from autograder.grade.bundle import GradingSettings, SubmissionOutcome, SubmissionTask
 from autograder.grade.results import StudentResult
 
-__all__ = ["MANIFEST", "PRISTINE_GRADEBOOK", "Recorder"]
+__all__ = ["MANIFEST", "PRISTINE_GRADEBOOK", "OutcomeWriter"]
 
 MANIFEST = "autograder-run.json"
 PRISTINE_GRADEBOOK = "gradebook-as-released.db"
@@ -43,7 +43,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
-class Recorder:
+class OutcomeWriter:
     """Writes outcomes into a run's course directory, one student at a time, idempotently."""
 
     def __init__(self, course: CourseDir, settings: GradingSettings) -> None:

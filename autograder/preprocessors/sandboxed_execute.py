@@ -54,7 +54,8 @@ class SandboxedKernelManager(AsyncKernelManager):
     """Starts the kernel through the sandbox; talks to it over IPC sockets in a private folder."""
 
     sandbox = Dict(help="SandboxSettings as a dict; isolate=False starts the kernel unconfined").tag(config=True)
-    kernels_view = Unicode("", help="kernel sources without solutions, shown where course reads kernels/").tag(config=True)
+    kernels_view = Unicode("", help="kernel sources without solutions, shown where course reads kernels/; "
+                                     "{assignment} stands for the assignment graded").tag(config=True)
     kernel_log = Unicode("", help="file that receives the kernel process's own stdout and stderr")
 
     _runtime_dir: Path | None = None
@@ -185,7 +186,11 @@ class SandboxedExecute(Execute):
 
     def create_kernel_manager(self) -> KernelManager:
         km = super().create_kernel_manager()
-        student = (getattr(self, "resources", None) or {}).get("nbgrader", {}).get("student")
+        info = (getattr(self, "resources", None) or {}).get("nbgrader", {})
+        student = info.get("student")
+        if isinstance(km, SandboxedKernelManager) and info.get("assignment"):
+            # A course directory that serves several assignments keeps a kernel view per assignment (the hub's).
+            km.kernels_view = km.kernels_view.replace("{assignment}", str(info["assignment"]))
         if self.kernel_log_dir and student and isinstance(km, SandboxedKernelManager):
             Path(self.kernel_log_dir).mkdir(parents=True, exist_ok=True)
             km.kernel_log = str(Path(self.kernel_log_dir) / f"kernel-{student}.log")

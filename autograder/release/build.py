@@ -70,8 +70,8 @@ def check_kernel_cells() -> None:
 
 def check_test_cells(solutions: Path, assignments: Iterable[str]) -> None:
     """Fail when a test cell of the course's own lessons does not grade through the course: the grader's
-    re-check (autograder/grade/recheck.py) could not judge it, so a submission could forge its grade."""
-    from autograder.grade.recheck import grades_through_course
+    re-check (autograder/preprocessors/recheck_tests.py) could not judge it, so a submission could forge its grade."""
+    from autograder.preprocessors.recheck_tests import grades_through_course
     loose = []
     for assignment in assignments:
         for path in sorted((solutions / assignment).glob("*.ipynb")):

@@ -236,6 +236,7 @@ def test_the_gate_refuses_what_is_not_tt_lang(cheat):
 
 def test_the_recheck_builds_tt_cells_behind_the_gate():
     from course.grading.recheck import run_job
+    from course.lessons import load
     setup = "import math\nimport torch\nimport course\nfrom course.lessons.dataflow import simulator\nttl, ttnn = simulator()"
     plan, grid = read_region("tt/09_grid", "plan"), read_region("tt/09_grid", "operation")
     tests = [{"cell": "test_assign", "source": 'course.check("09.grid_assignment", assign_query_tiles)'},
@@ -247,17 +248,17 @@ def test_the_recheck_builds_tt_cells_behind_the_gate():
                              "source": plan},
                             {"cell": "grid_attention", "kind": "tt", "names": ["TILE", "KV_BUFFERS", "grid_attention"],
                              "source": grid_source}]}
-    honest = run_job(job(grid))
+    honest = run_job(job(grid), load().cell_builders)
     assert honest["test_assign"]["passed"] and honest["test_grid"]["passed"], honest
     cheat = grid.replace("scores = q_blk @ ttl.block.transpose(k_blk)", "scores = q_blk.raw_tensor")
-    caught = run_job(job(cheat))
+    caught = run_job(job(cheat), load().cell_builders)
     assert caught["test_assign"]["passed"] and not caught["test_grid"]["passed"]
     assert "raw_tensor" in caught["test_grid"]["message"] and "TT-Lang" in caught["test_grid"]["message"]
 
 
 def test_the_grader_reads_tt_cells_as_tt():
     import nbformat
-    from autograder.grade.recheck import answer_cells
+    from autograder.preprocessors.recheck_tests import answer_cells
     nb = nbformat.read(REPO / "solutions/09_dataflow/09_dataflow.ipynb", as_version=4)
     kinds = {a["cell"]: a["kind"] for a in answer_cells(nb)}
     assert kinds == {"one_core_attention": "tt", "rows_per_step": "python", "assign_query_tiles": "tt",

@@ -27,11 +27,12 @@ import torch
 from autograder.corpora.cheating import (CAPSTONE, as_submission, capstone_cheats, capstone_kernel_free,
                                          capstone_provenance)
 from autograder.corpora.hostile import make_submission
-from autograder.grade.recheck import build_job
+from autograder.preprocessors.recheck_tests import build_job
 from course.grading.answer_process import AnswerError, AnswerProcess
 from course.lessons.capstone import refused_reach
 from course.errors import CheckFailed
 from course.grading.recheck import run_job
+from course.lessons import load
 from course.grading.recording import Replay
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,12 +103,12 @@ def test_the_honest_capstone_keeps_full_marks_from_its_answer_process() -> None:
     """The instructor's cell, with no recording at all: every point comes from the probe run in the answer process."""
     job = _job(_cell(_notebook(), CELL))
     assert job["recordings"] == {}
-    results = run_job(job)
+    results = run_job(job, load().cell_builders)
     assert all(r["passed"] for r in results.values()), results
 
 
 def test_the_handed_out_stub_is_not_implemented() -> None:
-    results = run_job(_job(_cell(_notebook("notebooks"), CELL)))
+    results = run_job(_job(_cell(_notebook("notebooks"), CELL)), load().cell_builders)
     assert all(not r["passed"] and "not implemented yet" in r["message"] for r in results.values()), results
 
 
@@ -131,7 +132,7 @@ def test_a_capstone_cheat_fooled_the_recording_and_loses_every_point_now(cheat) 
             exec(compile(test, f"<{name}>", "exec"), {"course": __import__("course"), "torch": torch,
                                                        "flash_attention": replay})
     # The re-check now: every test lost, and the feedback is the sentence that names the line.
-    results = run_job(_job(source))
+    results = run_job(_job(source), load().cell_builders)
     assert {name for name, r in results.items() if not r["passed"]} == set(cheat.loses), results
     for result in results.values():
         assert re.search(cheat.feedback, result["message"]), result["message"]
@@ -150,7 +151,7 @@ def test_a_capstone_without_kernels_loses_every_point_in_the_notebook_and_the_re
     assert run.returncode == 0, run.stderr[-3000:]
     notebook = json.loads(run.stdout.splitlines()[-1])["passed"]
     assert all(re.search(cheat.feedback, outcome) for outcome in notebook.values()), notebook
-    results = run_job(_job(source))
+    results = run_job(_job(source), load().cell_builders)
     assert {name for name, r in results.items() if not r["passed"]} == set(cheat.loses), results
     assert all(re.search(cheat.feedback, r["message"]) for r in results.values()), results
 
@@ -171,7 +172,7 @@ def test_numbers_the_kernels_did_not_make_lose_every_point_where_the_grade_is_de
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.splitlines()[-1])["passed"] == {"test_flash_attention_triton": "passed"}, run.stdout
-    results = run_job(_job(source))
+    results = run_job(_job(source), load().cell_builders)
     assert {name for name, r in results.items() if not r["passed"]} == set(cheat.loses), results
     assert all(re.search(cheat.feedback, r["message"]) for r in results.values()), results
 
@@ -185,9 +186,9 @@ def test_the_probe_in_the_answer_process_is_the_courses_own(monkeypatch) -> None
     monkeypatch.setattr(course.lessons.capstone, "refused_reach", lambda source: None)
     cheats = {cheat.name: cheat.changes[0].source for cheat in capstone_cheats(REPO)}
     wraps_probe, unwatched = cheats["capstone-sdpa-cleans-the-probe"], cheats["capstone-stashes-scores-unwatched"]
-    results = run_job(_job(wraps_probe))
+    results = run_job(_job(wraps_probe), load().cell_builders)
     assert all(not r["passed"] and "PyTorch's fused attention" in r["message"] for r in results.values()), results
-    results = run_job(_job(unwatched))
+    results = run_job(_job(unwatched), load().cell_builders)
     assert all(not r["passed"] and "not what" in r["message"] for r in results.values()), results
 
 

@@ -21,7 +21,7 @@ import pytest
 import course
 from autograder.corpora.cheating import ORACLE_REBINDS, as_submission, native_escape_cheats, oracle_rebind_cheats
 from autograder.corpora.hostile import make_submission
-from autograder.grade.recheck import build_job
+from autograder.preprocessors.recheck_tests import build_job
 from course import exercises
 from course.errors import CheckFailed
 
@@ -63,6 +63,7 @@ def test_the_recheck_takes_exactly_the_stubs_tests(repo, monkeypatch):
     other Python tests pass."""
     from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
+    from course.lessons import load
     monkeypatch.setattr(grading_run, "STOP_AT_FIRST_PASS", grading_run.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts it back
     merged: dict = {"setup": [], "answers": [], "tests": [], "recordings": {}}
@@ -77,7 +78,7 @@ def test_the_recheck_takes_exactly_the_stubs_tests(repo, monkeypatch):
         merged["answers"] += [a for a in job["answers"] if a["kind"] == "python" and f"test_{a['cell']}" in wanted]
         expected.update({t: None for t in OTHER_TESTS[cheat.assignment]})
         expected[f"test_{cell}"] = cheat.feedback.split(r"[\s\S]*", 1)[1]
-    results = run_job(merged)
+    results = run_job(merged, load().cell_builders)
     assert set(results) == set(expected)
     for test, reason in expected.items():
         outcome = results[test]

@@ -2,7 +2,7 @@
 
 ``course.grading.recheck`` grades the instructor's tests again in a fresh process, where the learner's Python answer
 cells run in an answer process of their own (``course.grading.answer_process``); ``course.grading.recording`` records what a
-learner's function answered (the re-check grades none of it any more); ``autograder.grade.recheck`` builds
+learner's function answered (the re-check grades none of it any more); ``autograder.preprocessors.recheck_tests`` builds
 the re-check's input from the lesson and the graded notebook.
 """
 from __future__ import annotations
@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.grade.recheck import answer_cells, build_job, grades_through_course
+from autograder.preprocessors.recheck_tests import answer_cells, build_job, grades_through_course
 from autograder.release.build import ReleaseError, check_test_cells, find_assignments
 from course.exercises import EXERCISES
 from course.grading.recheck import run_job
+from course.lessons import load
 from course.grading.recording import MIME, Recorder, Replay, decode, encode
 from course.tracks import table
 
@@ -64,19 +65,20 @@ def test_encoded_values_come_back_exactly() -> None:
 
 def test_the_answer_cell_runs_again_and_decides() -> None:
     """The re-check runs the answer cell as handed in (in its answer process) on the check's own arguments."""
-    assert run_job(_job({}))["t"]["passed"]
-    wrong = run_job(_job({}, source="def naive_bytes_read(n, d, dtype):\n    return 0\n"))["t"]
+    assert run_job(_job({}), load().cell_builders)["t"]["passed"]
+    wrong = run_job(_job({}, source="def naive_bytes_read(n, d, dtype):\n    return 0\n"), load().cell_builders)["t"]
     assert not wrong["passed"] and "01.naive_bytes_read" in wrong["message"]
-    missing = run_job(_job({}, source=None))["t"]
+    missing = run_job(_job({}, source=None), load().cell_builders)["t"]
     assert not missing["passed"] and "is not in the notebook handed in" in missing["message"]
-    broken = run_job(_job({}, source="def naive_bytes_read(n, d, dtype):\n    return n\nraise RuntimeError('no')\n"))
+    broken = run_job(_job({}, source="def naive_bytes_read(n, d, dtype):\n    return n\nraise RuntimeError('no')\n"),
+                     load().cell_builders)
     assert not broken["t"]["passed"] and "raised RuntimeError when it ran: no" in broken["t"]["message"]
 
 
 def test_recordings_of_right_answers_do_not_pass_a_stub() -> None:
     """A cell that rebinds course.check can make the notebook record the oracle's answers for a stub: the re-check
     runs the stub, so those recordings earn nothing."""
-    result = run_job(_job(_recorded(_right_bytes), source=STUB_CELL))["t"]
+    result = run_job(_job(_recorded(_right_bytes), source=STUB_CELL), load().cell_builders)["t"]
     assert not result["passed"] and "not implemented yet" in result["message"]
 
 
@@ -94,8 +96,9 @@ def test_a_replayed_recording_passes_only_where_its_answer_is_right() -> None:
 
 def test_a_test_that_calls_the_answer_itself_gets_what_the_cell_computes() -> None:
     direct = "assert naive_bytes_read(1, 16, torch.float32) == 256"
-    assert run_job(_job({}, direct))["t"]["passed"]
-    assert not run_job(_job({}, direct, source="def naive_bytes_read(n, d, dtype):\n    return 0\n"))["t"]["passed"]
+    assert run_job(_job({}, direct), load().cell_builders)["t"]["passed"]
+    wrong = _job({}, direct, source="def naive_bytes_read(n, d, dtype):\n    return 0\n")
+    assert not run_job(wrong, load().cell_builders)["t"]["passed"]
 
 
 def test_only_tests_that_call_the_course_are_rechecked() -> None:

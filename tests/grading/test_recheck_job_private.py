@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.grade.recheck import run_recheck
+from autograder.preprocessors.recheck_tests import run_recheck
 from autograder.sandbox.bubblewrap import SandboxSettings
 
 # The marker is spelled in pieces here, so that the answer cell's own text never holds it.

@@ -17,7 +17,7 @@ import pytest
 
 from autograder.corpora.cheating import TABLE_LOOKUPS, as_submission, table_lookup_cheats
 from autograder.corpora.hostile import make_submission
-from autograder.grade.recheck import build_job
+from autograder.preprocessors.recheck_tests import build_job
 from course.errors import CheckFailed
 
 HIDDEN_START = "### BEGIN HIDDEN TESTS"
@@ -65,6 +65,7 @@ def test_the_recheck_takes_exactly_the_tables_tests_and_the_honest_answers_keep_
     sentence and the lessons' other Python tests pass; the instructor's notebooks pass every one of them."""
     from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
+    from course.lessons import load
     monkeypatch.setattr(grading_run, "STOP_AT_FIRST_PASS", grading_run.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts it back
     merged = {which: {"setup": [], "answers": [], "tests": [], "recordings": {}} for which in ("tables", "honest")}
@@ -79,7 +80,7 @@ def test_the_recheck_takes_exactly_the_tables_tests_and_the_honest_answers_keep_
                                          if a["kind"] == "python" and f"test_{a['cell']}" in wanted]
         expected.update({test: None for test in OTHER_TESTS[cheat.assignment]})
         expected[f"test_{cell}"] = feedback
-    tables, honest = run_job(merged["tables"]), run_job(merged["honest"])
+    tables, honest = run_job(merged["tables"], load().cell_builders), run_job(merged["honest"], load().cell_builders)
     assert set(tables) == set(honest) == set(expected)
     for test, reason in expected.items():
         assert honest[test]["passed"], (test, honest[test])

@@ -2,14 +2,18 @@
 
 nbgrader runs the learner's notebook in one Python process, so an answer cell can rebind
 ``course.check``, patch torch or the course, or replace a kernel by a wrapper around PyTorch, and
-every later test passes. After nbgrader, the grader therefore hands each submission to
-:mod:`course.grading.recheck` in a fresh sandbox (the same confinement as the notebook's kernel, a process
-of its own) with only what each exercise asks for: the kernels of the kernel cells, the Python answer
-cells as handed in (run there in an answer process of their own, :mod:`course.grading.answer_process`, lesson 08's
-probes included), and the instructor's test cells (the job still carries what the notebook's checks recorded,
-which decides no grade). The grade of
-each test cell is what that pass finds; where it differs from the notebook's run, the report and the
-feedback say so and why.
+every later test passes. :class:`RecheckTests` therefore runs in nbgrader's autograde pass, after the
+notebook's sandboxed run (:mod:`autograder.preprocessors.sandboxed_execute`) and before nbgrader's
+``SaveAutoGrades``: it hands the submission to :mod:`course.grading.recheck` in a fresh sandbox (the same
+confinement as the notebook's kernel, a process of its own) with only what each exercise asks for: the
+kernels of the kernel cells, the Python answer cells as handed in (run there in an answer process of their
+own, :mod:`course.grading.answer_process`, lesson 08's probes included), and the instructor's test cells (the
+job still carries what the notebook's checks recorded, which decides no grade). A test cell that passed in the
+notebook's run and fails there gets, in place of its outputs, an error saying so and why; nbgrader then scores
+the notebook once, as it scores any failed test. The re-check only takes points away.
+
+Every nbgrader autograde run with the course's settings does this: ``python -m autograder grade`` and the
+formgrader's Autograde button alike (:mod:`autograder.nbgrader_config`).
 """
 from __future__ import annotations
 
@@ -24,10 +28,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+from nbgrader import utils
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Dict, Float, Integer, Unicode
+
 from autograder.children import die_with_parent, stop_group, tracked
+from autograder.preprocessors.sandboxed_execute import METADATA_KEY
 from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
 
-__all__ = ["Recheck", "answer_cells", "build_job", "grades_through_course", "run_recheck", "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
+__all__ = ["Recheck", "RecheckTests", "RECHECK_RECORD", "RECHECK_ERROR", "CAUGHT",
+           "answer_cells", "build_job", "grades_through_course", "notebook_wall_limit", "run_recheck",
+           "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
 
 RECHECK_SECONDS_PER_TEST = 600.0
 
@@ -214,7 +228,8 @@ def strip_recordings(notebook: dict) -> dict:
 
 def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path | None,
                 time_limit: float, per_test: float = RECHECK_SECONDS_PER_TEST) -> Recheck:
-    """Run :mod:`course.grading.recheck` on ``job`` in the sandbox (or unconfined when ``settings.isolate`` is off)."""
+    """Run the re-check (``python -m course recheck``, :mod:`course.grading.recheck`) on ``job`` in the sandbox (or
+    unconfined when ``settings.isolate`` is off)."""
     if not job.get("tests"):  # nothing to judge: no sandbox to start
         return Recheck(kept=tuple(job.get("kept", ())), failed_before=tuple(job.get("failed_before", ())))
     result = _run(job, Path(scratch), settings, kernels_view, time_limit, per_test)
@@ -231,10 +246,10 @@ def _run(job: dict, scratch: Path, settings: SandboxSettings, kernels_view: Path
     workdir.mkdir(parents=True)
     outdir.mkdir()
     # The job (the hidden tests among it) goes in through a pipe, never as a file: the learner's answer process
-    # runs in the same sandbox, and the working folder stays empty. course.grading.recheck reads it to the end before any
+    # runs in the same sandbox, and the working folder stays empty. The re-check reads it to the end before any
     # answer runs, and what a pipe held is gone once read.
     result = outdir / "result.json"
-    argv = [sys.executable, "-m", "course.grading.recheck", "-", str(result), f"{per_test:g}"]
+    argv = [sys.executable, "-m", "course", "recheck", "-", str(result), f"{per_test:g}"]
     if settings.isolate:
         hand_over(outdir, sandbox_uid(workdir))
         argv = kernel_command(argv, settings, workdir, outdir, kernels_view)
@@ -287,5 +302,105 @@ def _hand_in(proc: subprocess.Popen, data: bytes) -> None:
     threading.Thread(target=feed, name="recheck-job", daemon=True).start()
 
 
-def scratch_folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="recheck-"))
+# ---------------------------------------------------------------------------------------------
+# The preprocessor: the re-check in nbgrader's autograde pass
+# ---------------------------------------------------------------------------------------------
+
+RECHECK_RECORD = "recheck"
+"""Where the re-check's findings go: ``notebook.metadata[METADATA_KEY][RECHECK_RECORD]`` (beside the sandboxed run's
+record, :data:`autograder.preprocessors.sandboxed_execute.METADATA_KEY`): ``changes`` (a line per test cell it
+failed), ``seconds``, ``kept`` (test cells it cannot judge) and ``problem`` (why it could not run, if it could not)."""
+
+RECHECK_ERROR = "RecheckFailed"
+"""The error name of a test cell's output when the re-check failed a test the notebook's run passed."""
+
+CAUGHT = "passed in the notebook's run but failed when re-checked"
+
+
+def notebook_wall_limit(cell_timeout: float, code_cells: int) -> float:
+    """Seconds a notebook of ``code_cells`` code cells may take in all: each cell its limit, plus a start.
+
+    The notebook's run and the re-check each get this much; an autograde command, which does both, twice it."""
+    return (cell_timeout + 30) * (code_cells + 1) + 120.0
+
+
+class RecheckTests(NbGraderPreprocessor):
+    """Judge each test cell the notebook's run passed again, in a sandbox where no answer cell runs.
+
+    A test cell the re-check fails gets an error output in place of its own (the reason, in a sentence), so
+    nbgrader's ``SaveAutoGrades`` gives it no points. A re-check that cannot run fails closed: every test cell it
+    should have judged gets the error, with the reason. It reads the instructor's notebook (hidden tests included)
+    from the course directory's ``source/<assignment>/``, never from the submission.
+    """
+
+    sandbox = Dict(help="SandboxSettings as a dict; isolate=False runs the re-check unconfined").tag(config=True)
+    kernels_view = Unicode("", help="kernel sources without solutions, shown where course reads kernels/; "
+                                     "{assignment} stands for the assignment graded").tag(config=True)
+    cell_timeout = Integer(120, help="the notebook's limit per cell, seconds: sizes the re-check's limit").tag(config=True)
+    time_limit = Float(0.0, help="seconds the whole re-check may take; 0: notebook_wall_limit(cell_timeout, "
+                                 "code cells)").tag(config=True)
+    per_test = Float(RECHECK_SECONDS_PER_TEST, help="seconds one test cell may take in the re-check").tag(config=True)
+    log_dir = Unicode("", help="folder that receives recheck-<student>.log").tag(config=True)
+
+    def _source_notebook(self, info: dict) -> Path:
+        # The autograde converter's course directory when there is one (its parent is the exporter, whose parent is
+        # the converter); else the one the configuration describes.
+        coursedir = getattr(getattr(self.parent, "parent", None), "coursedir", None)
+        if not isinstance(coursedir, CourseDirectory):
+            coursedir = CourseDirectory(config=self.config)
+        folder = coursedir.format_path(coursedir.source_directory, ".", info["assignment"])
+        return Path(folder) / f"{info['notebook']}.ipynb"
+
+    def _limit(self, nb: NotebookNode) -> float:
+        if self.time_limit > 0:
+            return self.time_limit
+        return notebook_wall_limit(self.cell_timeout, sum(c.get("cell_type") == "code" for c in nb.cells))
+
+    def _recheck(self, nb: NotebookNode, info: dict) -> tuple[dict, Recheck]:
+        """(the job, what the re-check found): the recordings leave the notebook once the job holds them."""
+        path = self._source_notebook(info)
+        try:
+            source = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            # Fail closed: the notebook's own test cells (nbgrader restored the instructor's) lose what they earned.
+            job = build_job(nb, nb)
+            strip_recordings(nb)
+            return job, Recheck(problem=f"the grader could not read the instructor's notebook {path} ({exc})",
+                                kept=tuple(job["kept"]), failed_before=tuple(job["failed_before"]))
+        job = build_job(source, nb)
+        strip_recordings(nb)
+        view = self.kernels_view.replace("{assignment}", str(info["assignment"]))  # as SandboxedKernelManager's
+        kernels = Path(view) if view and Path(view).is_dir() else None
+        scratch = Path(tempfile.mkdtemp(prefix="recheck-"))
+        try:
+            return job, run_recheck(job, scratch, SandboxSettings(**self.sandbox), kernels, self._limit(nb),
+                                    self.per_test)
+        finally:
+            log = scratch / "recheck.log"
+            if self.log_dir and log.is_file():
+                Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, Path(self.log_dir) / f"recheck-{info['student']}.log")
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        info = resources["nbgrader"]
+        job, recheck = self._recheck(nb, info)
+        judged = {test["cell"] for test in job["tests"]}
+        changes = []
+        for cell in nb.cells:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if grade_id not in judged or recheck.passed(grade_id) or not utils.is_grade(cell):
+                continue
+            earned, points = utils.determine_grade(cell, self.log)
+            if not earned:
+                continue  # the re-check only takes points away: this cell earned none in the notebook's run
+            reason = recheck.message(grade_id)
+            cell.outputs = [new_output("error", ename=RECHECK_ERROR, evalue=(
+                f"this test {CAUGHT} by the grader, in a fresh process where no answer cell ran: {reason}"),
+                traceback=[f"{RECHECK_ERROR}: this test {CAUGHT} by the grader: {reason}"])]
+            changes.append(f"{grade_id}: {CAUGHT}, 0 of {points:g} points: {reason}")
+            self.log.warning("%s", changes[-1])
+        record = nb.metadata.setdefault(METADATA_KEY, {})
+        record[RECHECK_RECORD] = {"changes": changes, "seconds": recheck.seconds, "kept": list(recheck.kept),
+                                  "problem": recheck.problem}
+        return nb, resources

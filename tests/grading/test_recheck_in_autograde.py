@@ -1,0 +1,102 @@
+"""The re-check is part of nbgrader's autograde pass (autograder.preprocessors.recheck_tests.RecheckTests).
+
+Run in a course directory with the course's settings, ``nbgrader autograde`` itself (as the formgrader's Autograde
+button runs it) writes the gradebook: an answer cell that forges the notebook's run (it rebinds ``course.check``)
+passes that run, and still earns nothing in the gradebook autograde wrote, with the reason in the autograded
+notebook's test cell and at the top of the feedback page. The same submission autograded without the re-check
+earns the points: the preprocessor is what takes them. An honest answer keeps its points, and a wrong one that
+forged nothing fails in the notebook's own run, which the re-check leaves alone.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.coursedir import COURSE_ID, CourseDir
+from autograder.grade.bundle import GradingSettings
+from autograder.grade.stages import nbgrader_in_process
+from autograder.preprocessors.recheck_tests import CAUGHT, RECHECK_ERROR, RECHECK_RECORD
+from autograder.preprocessors.sandboxed_execute import METADATA_KEY
+from autograder.sandbox.bubblewrap import SandboxSettings
+from grading_support import processes_left_behind, put
+from notebook_factory import cell, notebook
+
+pytestmark = pytest.mark.slow
+
+ASSIGNMENT = "forge"
+RIGHT = "return n * (d + 3 * n * d) * torch.empty((), dtype=dtype).element_size()"
+WRONG = "return 0"
+FORGERY = "\nimport course\ncourse.check = lambda *a, **k: None"
+
+
+def lesson(body: str = RIGHT, after: str = "") -> nbformat.NotebookNode:
+    return notebook([
+        cell("import torch\n\nimport course", grade_id="setup", locked=True),
+        cell(f"def naive_bytes_read(n, d, dtype):\n    ### BEGIN SOLUTION\n    {body}\n    ### END SOLUTION{after}",
+             grade_id="naive_bytes_read", solution=True),
+        cell('course.check("01.naive_bytes_read", naive_bytes_read)', grade_id="test_naive_bytes_read", grade=True,
+             locked=True, points=2),
+    ])
+
+
+def _course(root: Path) -> tuple[CourseDir, GradingSettings]:
+    settings = GradingSettings(ASSIGNMENT, f"{ASSIGNMENT}.ipynb", timeout=120, wall_limit=600, sandbox=SandboxSettings())
+    course = CourseDir.create(root, settings.timeout, settings.sandbox)
+    put(course.source(ASSIGNMENT) / settings.notebook_name, lesson())
+    assert nbgrader_in_process(course.root, settings, "generate_assignment", ASSIGNMENT) is None
+    for student, nb in {"honest": lesson(), "forger": lesson(WRONG, FORGERY), "wrong": lesson(WRONG)}.items():
+        put(course.submitted(student, ASSIGNMENT) / settings.notebook_name, nb)
+        (course.submitted(student, ASSIGNMENT) / "timestamp.txt").write_text("2026-11-01 10:00:00 UTC")
+    return course, settings
+
+
+def _autograde(course: CourseDir) -> dict[str, float]:
+    run = course.run("autograde", ASSIGNMENT, "--force", timeout=900)
+    assert run.ok, run.log[-3000:]
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        return {s: gb.find_submission(ASSIGNMENT, s).score for s in ("honest", "forger", "wrong")}
+
+
+def _test_cell(course: CourseDir, student: str) -> tuple[dict, dict]:
+    path = course.autograded(student, ASSIGNMENT) / f"{ASSIGNMENT}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    test = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "test_naive_bytes_read")
+    return test, nb["metadata"][METADATA_KEY][RECHECK_RECORD]
+
+
+def test_autograde_takes_the_points_of_a_forged_run(tmp_path: Path) -> None:
+    with processes_left_behind() as left:
+        course, settings = _course(tmp_path / "course")
+        scores = _autograde(course)
+        assert scores == {"honest": 2.0, "forger": 0.0, "wrong": 0.0}, scores
+
+        test, record = _test_cell(course, "forger")
+        assert [o["output_type"] for o in test["outputs"]] == ["error"], test["outputs"]
+        error = test["outputs"][0]
+        assert error["ename"] == RECHECK_ERROR and CAUGHT in error["evalue"], error
+        assert "01.naive_bytes_read: naive_bytes_read(n=1, d=16, dtype=torch.float32) returned 0" in error["evalue"]
+        assert [line.split(":")[0] for line in record["changes"]] == ["test_naive_bytes_read"], record
+        assert record["problem"] == "" and record["seconds"] > 0
+        # The wrong answer that forged nothing failed in the notebook's own run: its reason is the check's.
+        test, record = _test_cell(course, "wrong")
+        assert record["changes"] == [] and test["outputs"][-1]["ename"] != RECHECK_ERROR, test["outputs"]
+        test, record = _test_cell(course, "honest")
+        assert record["changes"] == [] and not any(o["output_type"] == "error" for o in test["outputs"])
+        assert (course.root / "logs" / "recheck-forger.log").is_file()
+
+        assert nbgrader_in_process(course.root, settings, "generate_feedback", ASSIGNMENT, "forger") is None
+        page = (course.feedback("forger", ASSIGNMENT) / f"{ASSIGNMENT}.html").read_text(encoding="utf-8")
+        assert 'id="course-recheck"' in page and RECHECK_ERROR in page, "the box and the cell say why"
+
+        # Control: the same notebooks autograded without the re-check. The forged run keeps its points there.
+        config = course.root / "nbgrader_config.py"
+        config.write_text(config.read_text() + (
+            "from autograder.preprocessors.recheck_tests import RecheckTests\n"
+            "c.Autograde.autograde_preprocessors = [p for p in c.Autograde.autograde_preprocessors "
+            "if p is not RecheckTests]\n"))
+        assert _autograde(course) == {"honest": 2.0, "forger": 2.0, "wrong": 0.0}
+    assert not left, f"processes of the autograde run outlived it: {left}"
