@@ -376,8 +376,9 @@ def _cases(lesson: str, m: Matrix) -> Iterable[dict]:
                 yield {"dtype": dtype, "head_dim": d}  # the one-sweep attention kernel
         return
     if kind not in _CASE_KINDS:
-        raise ValueError(f"the table declares no compile-gate cases for kernels/triton/{lesson}.py (gate_cases on its "
-                         f"row: one of softmax, {', '.join(_CASE_KINDS)})")
+        raise Undeclared(f"the table declares no compile-gate cases for kernels/triton/{lesson}.py (gate_cases on its "
+                         f"row: one of softmax, {', '.join(_CASE_KINDS)}); a row lives in course/tracks/table.py or in "
+                         "the lesson module's KERNEL_ROWS")
     dtypes, head_dims_of = _CASE_KINDS[kind](m)
     for dtype in dtypes:
         for d in head_dims_of(dtype):
@@ -423,8 +424,8 @@ def _call_wrappers(module, lesson: str, case: dict) -> None:
              "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[case["dtype"]]
     _, calls = table.gate_declaration(lesson)
     if not calls:
-        raise ValueError(f"the table declares no compile-gate calls for kernels/triton/{lesson}.py (gate_calls on its "
-                         "row)")
+        raise Undeclared(f"the table declares no compile-gate calls for kernels/triton/{lesson}.py (gate_calls on its "
+                         "row); a row lives in course/tracks/table.py or in the lesson module's KERNEL_ROWS")
     tensors: dict[str, torch.Tensor] = {}
 
     def value(word: str):
@@ -651,6 +652,10 @@ class Unsupported(Exception):
     """This Triton lacks something the gate drives; the message is one sentence that says what."""
 
 
+class Undeclared(ValueError):
+    """A kernel file's rows declare no gate cases or calls (a new lesson's forgotten declaration): one sentence."""
+
+
 # The Triton versions the course is tested with, oldest and newest (pyproject.toml declares the oldest).
 TESTED_TRITON = tuple(f"{major}.{minor}" for major, minor in TESTED_TRITON_RANGE)
 
@@ -801,6 +806,8 @@ def _worker(shard: str, spec: dict, out: Path) -> int:
         groups, more = _groups(launches, matrix)
     except Unsupported as e:
         launches, errors, groups, more = [], [Result("-", "<gate>", ok=True, limit=str(e))], [], []
+    except Undeclared as e:  # a sentence for the report, not a worker's traceback
+        launches, errors, groups, more = [], [Result("-", "<gate>", error=str(e))], [], []
     errors += more
     # Every worker captured the same groups in the same order; each takes the next group nobody has
     # claimed yet (an exclusive create is atomic), so a slow fp32 compile does not hold up the rest.
