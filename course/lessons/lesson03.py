@@ -16,6 +16,7 @@ from course.grading.comparison import Report
 from course.grading.compare_attention import check_attention
 from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, TILED_RUNGS, draw_size, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 from course.grading.recording import Recorder, Replay
 from course.inputs import Case, make_qkv
 from course.models import roofline
@@ -250,15 +251,15 @@ def _shared_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
 
 
 EXERCISES = (
-    Exercise("03.tiled_cuda", "K/V tiles through shared memory, O and LSE (CUDA C)", track_step("03.tiled_cuda"),
-             isolated=True, takes="kernel module"),
-    Exercise("03.tiled_metal", "Threadgroup tiles, O and LSE (Metal)", track_step("03.tiled_metal"),
-             isolated=True, takes="kernel module"),
+    # The tiled forward in every track its rows declare (course/tracks/table.py): ids such as 03.tiled_cuda.
+    *step_exercises("03", "tiled", {"triton": "The tiled FlashAttention-2 forward pass",
+                                    "cuda": "K/V tiles through shared memory, O and LSE (CUDA C)",
+                                    "metal": "Threadgroup tiles, O and LSE (Metal)"},
+                    {"triton": lambda exercise: lambda fn, cases=None: tiled(exercise, fn, cases),
+                     "cuda": track_step, "metal": track_step}),
     Exercise("03.tiled_torch", "The tiled forward in PyTorch: O and LSE, no N×N matrix", _tiled_torch),
     Exercise("03.tiled_bytes", "Global-memory traffic of the tiled kernel", _tiled_bytes),
     Exercise("03.shared_bytes", "Shared memory a block of the tiled kernel needs", _shared_bytes),
-    Exercise("03.tiled_triton", "The tiled FlashAttention-2 forward pass",
-             lambda fn, cases=None: tiled("03.tiled_triton", fn, cases), isolated=True),
 )
 
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
@@ -302,17 +303,22 @@ LADDERS = (
            "padding.",
            "4 · (block_m·d + block_n·(d + 1) + block_n·d) bytes.",
            cell="03_tiling/shared_bytes"),
-    ladder("03.tiled_triton", *TILED_RUNGS,
-           "In Triton: `keys = start_n + tl.arange(0, BLOCK_N)`; load K and V tiles with the mask `keys < n_k`; "
-           "`s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale`; mask keys past n_k with -inf; "
-           "`acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=\"ieee\")`."),
-    ladder("03.tiled_cuda", *TILED_RUNGS,
-           "In CUDA C: `__syncthreads()` before the copy (nobody still reads the old tile) and after it (the tile is "
-           "complete); the copy is a loop `for (int i = threadIdx.x; i < block_n * d; i += blockDim.x)`; then step 02's "
-           "warp update on each chunk of 32 keys of the tile, reading K and V from shared memory."),
-    ladder("03.tiled_metal", *TILED_RUNGS,
-           "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
-           "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),
+    *step_ladders("03", "tiled", (), {
+        "triton": (
+            *TILED_RUNGS,
+            "In Triton: `keys = start_n + tl.arange(0, BLOCK_N)`; load K and V tiles with the mask `keys < n_k`; "
+            "`s = tl.dot(q, tl.trans(k), input_precision=\"ieee\") * scale`; mask keys past n_k with -inf; "
+            "`acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=\"ieee\")`."),
+        "cuda": (
+            *TILED_RUNGS,
+            "In CUDA C: `__syncthreads()` before the copy (nobody still reads the old tile) and after it (the tile is "
+            "complete); the copy is a loop `for (int i = threadIdx.x; i < block_n * d; i += blockDim.x)`; then step 02's "
+            "warp update on each chunk of 32 keys of the tile, reading K and V from shared memory."),
+        "metal": (
+            *TILED_RUNGS,
+            "In Metal: threadgroup_barrier(mem_flags::mem_threadgroup) before and after the cooperative copy of the "
+            "tile into threadgroup memory; then each thread runs the online update over the tile's keys."),
+    }),
 )
 
 

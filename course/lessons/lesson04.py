@@ -9,6 +9,7 @@ from course.grading.checks import tiled, track_step
 from course.grading.comparison import Report
 from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, ModelPolicy, TILED_RUNGS, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 from course.models.memory_model import WARP, bank_conflict_ways, sectors_of_bytes, warp_column_walk
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
@@ -79,14 +80,14 @@ def _bank_ways(fn, arguments: Iterable[dict] | None = None) -> Report:
 
 
 EXERCISES = (
-    Exercise("04.double_buffer_cuda", "float4 accesses and double-buffered tiles (CUDA C)",
-             track_step("04.double_buffer_cuda"), isolated=True, takes="kernel module"),
-    Exercise("04.double_buffer_metal", "float4 loads and ping-pong threadgroup tiles (Metal)",
-             track_step("04.double_buffer_metal"), isolated=True, takes="kernel module"),
+    # The pipelined forward in every track its rows declare (course/tracks/table.py): ids such as 04.double_buffer_cuda.
+    *step_exercises("04", "double_buffer", {"triton": "The forward pass with tensor descriptors and pipelining",
+                                            "cuda": "float4 accesses and double-buffered tiles (CUDA C)",
+                                            "metal": "float4 loads and ping-pong threadgroup tiles (Metal)"},
+                    {"triton": lambda exercise: lambda fn, cases=None: tiled(exercise, fn, cases),
+                     "cuda": track_step, "metal": track_step}),
     Exercise("04.warp_sectors", "32-byte sectors a warp's access touches", _warp_sectors),
     Exercise("04.bank_ways", "Bank conflicts of a column walk through a padded shared tile", _bank_ways),
-    Exercise("04.double_buffer_triton", "The forward pass with tensor descriptors and pipelining",
-             lambda fn, cases=None: tiled("04.double_buffer_triton", fn, cases), isolated=True),
 )
 
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
@@ -127,17 +128,22 @@ LADDERS = (
            "Bank = word % 32. Count, for each bank, how many different words the 32 lanes ask it for.",
            "The degree is the largest of those counts; it equals gcd(row_floats + pad_floats, 32).",
            cell="04_double_buffering/bank_ways"),
-    ladder("04.double_buffer_triton", *TILED_RUNGS[:1],
-           "Write the loop with `tl.range` over the K/V tiles: the compiler pipelines it num_stages deep. Load the "
-           "tiles with `k_desc.load([start_n, 0])` and `v_desc.load([start_n, 0])`.",
-           "The descriptor pads missing keys with zeros, which would score 0: set scores of keys past `N_CTX_K` to "
-           "-inf. The softmax is in base 2 here (`tl.exp2`, the scale already holds log2 e)."),
-    ladder("04.double_buffer_cuda", *_PING_PONG,
-           "CUDA C: `load_tile` the next tile into buffer (t + 1) % 2 at the top of step t, compute on buffer "
-           "t % 2, then one `__syncthreads()` at the end of the step."),
-    ladder("04.double_buffer_metal", *_PING_PONG,
-           "Metal: threadgroup_barrier(mem_flags::mem_threadgroup) at the top of each step, then the copy of tile "
-           "t + 1 into buffer (t + 1) % 2, then the compute on buffer t % 2."),
+    *step_ladders("04", "double_buffer", (), {
+        "triton": (
+            *TILED_RUNGS[:1],
+            "Write the loop with `tl.range` over the K/V tiles: the compiler pipelines it num_stages deep. Load the "
+            "tiles with `k_desc.load([start_n, 0])` and `v_desc.load([start_n, 0])`.",
+            "The descriptor pads missing keys with zeros, which would score 0: set scores of keys past `N_CTX_K` to "
+            "-inf. The softmax is in base 2 here (`tl.exp2`, the scale already holds log2 e)."),
+        "cuda": (
+            *_PING_PONG,
+            "CUDA C: `load_tile` the next tile into buffer (t + 1) % 2 at the top of step t, compute on buffer "
+            "t % 2, then one `__syncthreads()` at the end of the step."),
+        "metal": (
+            *_PING_PONG,
+            "Metal: threadgroup_barrier(mem_flags::mem_threadgroup) at the top of each step, then the copy of tile "
+            "t + 1 into buffer (t + 1) % 2, then the compute on buffer t % 2."),
+    }),
 )
 
 

@@ -11,6 +11,7 @@ from course.grading.checks import F16, tiled, track_step
 from course.grading.comparison import Report
 from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, ModelPolicy, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
@@ -99,14 +100,15 @@ def _past_the_map(message: str, further: list[dict]) -> str:
 
 
 EXERCISES = (
-    Exercise("05.mma_cuda", "Both matmuls on tensor cores with wmma (CUDA C)", track_step("05.mma_cuda"),
-             isolated=True, takes="kernel module"),
-    Exercise("05.mma_metal", "simdgroup matrices, spill-scale-reload and causal masking (Metal)",
-             track_step("05.mma_metal"), isolated=True, takes="kernel module"),
+    # The tensor-core forward in every track its rows declare (course/tracks/table.py): ids such as 05.mma_cuda.
+    *step_exercises("05", "mma", {"triton": "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
+                                  "cuda": "Both matmuls on tensor cores with wmma (CUDA C)",
+                                  "metal": "simdgroup matrices, spill-scale-reload and causal masking (Metal)"},
+                    {"triton": lambda exercise: lambda fn, cases=None: tiled(exercise, fn, cases,
+                                                                             dtype_mix=(F16, torch.float32)),
+                     "cuda": track_step, "metal": track_step}),
     Exercise("05.fragment_lane", "Which lane holds an element of a matrix fragment, found by experiment",
              _fragment_lane),
-    Exercise("05.mma_triton", "Both matmuls on tensor cores (fp16 in, fp32 accumulate)",
-             lambda fn, cases=None: tiled("05.mma_triton", fn, cases, dtype_mix=(F16, torch.float32)), isolated=True),
 )
 
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
@@ -135,23 +137,27 @@ LADDERS = (
            "the map for every cell before you check it. Past the first fragment, start from the element's place "
            "inside its own fragment: (row % 16, col % 16) for CUDA, (row % 8, col % 8) for Metal.",
            cell="05_matrix_units/fragment_lane"),
-    ladder("05.mma_triton",
-           "Keep the Q, K and V tiles in their 16-bit dtype: `tl.dot` runs on the tensor cores only when its inputs "
-           "are fp16/bf16.",
-           "`s = tl.dot(q, tl.trans(k))` accumulates in fp32; p is fp32 too: cast it with `p.to(v.dtype)` right before "
-           "`tl.dot(p, v, acc)`.",
-           "`acc = acc * alpha[:, None]` is fine here: Triton knows which row each register of acc holds, so no "
-           "spill is needed."),
-    ladder("05.mma_cuda", *_SPILL,
-           "CUDA C: `store_matrix_sync` each O fragment to the warp's O strip (`mem_row_major`), `__syncwarp()`, lanes "
-           "2r and 2r + 1 scale row r by alpha_r, `__syncwarp()`, `load_matrix_sync` it back."),
-    ladder("05.mma_metal", *_SPILL,
-           "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
-           "it by correction_r, simdgroup_barrier, simdgroup_load it back.",
-           "Causal, your other region, `causal_block_skip`: the tile loop visits keys 0 .. `kv_end` − 1, so `kv_end` "
-           "is one past the last key the threadgroup's last row sees, `row0 + block_m + offset`, clamped to 0 .. "
-           "`n_k`. In `softmax_and_rescale`, only a tile the diagonal crosses needs the mask: there row `row` keeps "
-           "column c while `j0 + c <= row + offset`."),
+    *step_ladders("05", "mma", (), {
+        "triton": (
+            "Keep the Q, K and V tiles in their 16-bit dtype: `tl.dot` runs on the tensor cores only when its inputs "
+            "are fp16/bf16.",
+            "`s = tl.dot(q, tl.trans(k))` accumulates in fp32; p is fp32 too: cast it with `p.to(v.dtype)` right before "
+            "`tl.dot(p, v, acc)`.",
+            "`acc = acc * alpha[:, None]` is fine here: Triton knows which row each register of acc holds, so no "
+            "spill is needed."),
+        "cuda": (
+            *_SPILL,
+            "CUDA C: `store_matrix_sync` each O fragment to the warp's O strip (`mem_row_major`), `__syncwarp()`, lanes "
+            "2r and 2r + 1 scale row r by alpha_r, `__syncwarp()`, `load_matrix_sync` it back."),
+        "metal": (
+            *_SPILL,
+            "Metal: simdgroup_store each O matrix to threadgroup memory, simdgroup_barrier, the lanes of row r scale "
+            "it by correction_r, simdgroup_barrier, simdgroup_load it back.",
+            "Causal, your other region, `causal_block_skip`: the tile loop visits keys 0 .. `kv_end` − 1, so `kv_end` "
+            "is one past the last key the threadgroup's last row sees, `row0 + block_m + offset`, clamped to 0 .. "
+            "`n_k`. In `softmax_and_rescale`, only a tile the diagonal crosses needs the mask: there row `row` keeps "
+            "column c while `j0 + c <= row + offset`."),
+    }),
 )
 
 
