@@ -1,8 +1,17 @@
-"""Command line: ``python -m course doctor | run | sync | sync-check``."""
+"""Command line: ``python -m course doctor | run | sync | sync-check``.
+
+Two more commands, left out of ``--help``, start the grader's processes; each reads the lessons (``course.lessons.load``)
+and hands the code below them, which cannot import them, what it needs:
+
+    python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json   (course.grading.recheck: the cell builders)
+    python -m course answer-process                                        (course.grading.answer_process: the probes)
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+
+from course.lessons import load
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -11,6 +20,12 @@ def main(argv: list[str] | None = None) -> int:
         # Each subcommand's module is imported once it is chosen: `python -m course --help` loads none of them.
         from course.tools.run import main as run
         return run(argv[1:])
+    if argv[:1] == ["recheck"]:  # the grader's; course.grading.recheck reads the arguments that follow
+        from course.grading.recheck import main as recheck  # when chosen, as `run` above
+        return recheck(argv[1:], load().cell_builders)
+    if argv[:1] == ["answer-process"]:  # started by course.grading.answer_process.AnswerProcess, requests on stdin
+        from course.grading.answer_process import serve  # when chosen, as `run` above
+        return serve(load().probes)
     parser = argparse.ArgumentParser(prog="python -m course", description="FlashAttention course tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="list the execution tiers this machine has and what missing ones need")

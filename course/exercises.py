@@ -5,39 +5,37 @@ notebooks call the same function, sometimes with extra ``cases`` (the hidden tes
 and what the grader runs can never disagree.
 
 Each lesson's exercises, their checks and their hints live in that lesson's module, ``course/lessons/lessonNN.py``
-(a tuple ``EXERCISES`` of :class:`Exercise`); :data:`EXERCISES` here is all of them, in lesson order, from every such
-module :func:`course.lessons.lesson_modules` finds. So are the arguments a numeric exercise's hidden tests draw
-(:data:`DRAWS`, or why it has none, :data:`ENUMERATED`) and which of the course's model functions its answer may
-call (:data:`MODEL_POLICY`), which each lesson module declares for its own exercises and ``check`` reads for every
-lesson; and what the grader runs for a lesson beyond its checks (a lesson's probes, the kinds of answer cell it
-adds), which goes where the answer process and the re-check read it (course.grading.exercise).
+(a tuple ``EXERCISES`` of :class:`Exercise`), and so do the arguments a numeric exercise's hidden tests draw
+(``DRAWS``), which of the course's model functions its answer may call (``MODEL_POLICY``) and the probes its checks
+run. :func:`course.lessons.load` reads them all; the tables here (:data:`EXERCISES`, :data:`DRAWS`,
+:data:`MODEL_POLICY`) are the checker's copies of what it read, in lesson order.
 """
 from __future__ import annotations
 
 import os
 import random
 import time
-from typing import Any, Callable
+from typing import Any
 
 from course import tiers
 from course.errors import CheckFailed
 from course.grading.answer_process import LiveAnswer
 from course.lessons.lesson03 import check_measured
 from course.grading.comparison import Report, quiet, untouched_stub
-from course.grading.exercise import CELL_BUILDERS, PROBE_SOURCES, Exercise, ModelPolicy, probes
+from course.grading.exercise import Draw, Exercise, ModelPolicy
 from course.grading.isolation import run_isolated
 from course.grading.recording import Recorder, Replay, autograding, call_key, emit
-from course.lessons import gathered, lesson_modules
+from course.lessons import load
 from course.simt import RawModule
 from course.tracks import table
 from course.tracks.triton import autotune
 
-__all__ = ["Exercise", "EXERCISES", "MODEL_POLICY", "ModelPolicy", "check", "DRAWS", "ENUMERATED", "drawn_arguments"]
+__all__ = ["Exercise", "EXERCISES", "MODEL_POLICY", "ModelPolicy", "check", "DRAWS", "drawn_arguments"]
 
 
-_LESSONS = lesson_modules()
+_LESSONS = load()
 
-EXERCISES: dict[str, Exercise] = {exercise.id: exercise for module in _LESSONS for exercise in module.EXERCISES}
+EXERCISES: dict[str, Exercise] = dict(_LESSONS.exercises)
 """Exercise id → its :class:`Exercise`, lesson by lesson (each lesson's own order within it)."""
 
 
@@ -47,12 +45,9 @@ EXERCISES: dict[str, Exercise] = {exercise.id: exercise for module in _LESSONS f
 # grader the seed goes into the recording, so the re-check, which replays the learner's answers, draws
 # the very same sets (course.grading.recording).
 
-DRAWS: dict[str, Callable[[Any], dict | tuple]] = gathered("DRAWS", _LESSONS)
+DRAWS: dict[str, Draw] = dict(_LESSONS.draws)
 """Exercise id → one argument set drawn from a ``random.Random``, in the form its check takes (each lesson
 module's ``DRAWS``)."""
-
-ENUMERATED: dict[str, str] = gathered("ENUMERATED", _LESSONS)
-"""Numeric exercises with no draws, and why (each lesson module's ``ENUMERATED``)."""
 
 _DRAWN_SEED = "drawn-seed:"  # recording key of a test's seed (beside the call digests, which are 32 hex digits)
 
@@ -60,8 +55,7 @@ _DRAWN_SEED = "drawn-seed:"  # recording key of a test's seed (beside the call d
 def drawn_arguments(exercise: str, count: int, seed: int) -> list:
     """``count`` argument sets of ``exercise`` drawn with ``seed`` (the same seed, the same sets)."""
     if exercise not in DRAWS:
-        raise CheckFailed(f"{exercise}: this exercise draws no arguments" + (f" ({ENUMERATED[exercise]})"
-                                                                             if exercise in ENUMERATED else "") + ".")
+        raise CheckFailed(f"{exercise}: this exercise draws no arguments.")
     rng = random.Random(seed)
     return [DRAWS[exercise](rng) for _ in range(count)]
 
@@ -85,16 +79,9 @@ def _draw(exercise: str, count: Any, options: dict, candidate: Any) -> tuple[lis
 # -- the course's own models as answers ---------------------------------------------------------------
 # Which of the course's model functions an answer may call, and why not (course.grading.exercise.ModelPolicy).
 
-MODEL_POLICY: dict[str, ModelPolicy] = gathered("MODEL_POLICY", _LESSONS)
+MODEL_POLICY: dict[str, ModelPolicy] = dict(_LESSONS.model_policy)
 """Numeric exercise id → which of the course's model functions its answer may call, and which not (each lesson
 module's ``MODEL_POLICY``)."""
-
-
-# -- what the grader runs for a lesson beyond its checks ----------------------------------------------
-# The answer process runs a lesson's probes and the re-check builds the kinds of answer cell a lesson adds; both sit
-# below the lessons, so what each lesson module declares for them goes into course.grading.exercise, where they read it.
-PROBE_SOURCES[:] = [module.probes for module in _LESSONS if hasattr(module, "probes")]
-CELL_BUILDERS.update(gathered("CELL_BUILDERS", _LESSONS))
 
 
 def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
@@ -162,7 +149,7 @@ def check(exercise: str, candidate: Any, **options: Any) -> Report:
         refuse_reach(exercise, candidate.answer_source)
         candidate = candidate.around(chosen.probe)
     elif chosen.probe is not None and not isinstance(candidate, Replay):
-        candidate = probes()[chosen.probe](candidate)
+        candidate = _LESSONS.probes()[chosen.probe](candidate)
     graded, learner, row = _triton_kernels(exercise, candidate)
     if learner is not None and _gate_wanted(row, learner):
         from course.tracks.triton_answer import gate  # here, not on top: +4 ms to `import course`

@@ -16,15 +16,15 @@ the instructor's setup cells, and the checker calls each function through a pipe
 
 Checks that need more than return values (lesson 08's gradients, what its autograd.Function saved and what
 PyTorch ran, a short training run) ask the child to run one of the course's *probes* around a name the cells
-defined (:func:`course.grading.exercise.probes`, which the lessons declare, imported in the child before the setup
-and any answer cell run): the
-probe is the course's code, the arguments are the checker's, the learner's cells only name which of their
-functions it wraps, and what comes back is the probe's data. What the notebook's own run recorded decides
-nothing. The child starts on the first call.
+defined (the lessons declare them; the child's entry point hands :func:`serve` every lesson's, imported before the
+setup and any answer cell run): the probe is the course's code, the arguments are the checker's, the learner's cells
+only name which of their functions it wraps, and what comes back is the probe's data. What the notebook's own run
+recorded decides nothing. The child starts on the first call.
 
-    python -m course.grading.answer_process      (the child: the setup on stdin's first JSON line, then one request per
-                                          line: run an answer cell, or call one of the names it defined, alone
-                                          or inside a named course probe)
+    python -m course answer-process      (the child, course.__main__ calling :func:`serve` with the lessons' probes: the
+                                          setup on stdin's first JSON line, then one request per line: run an
+                                          answer cell, or call one of the names it defined, alone or inside a
+                                          named course probe)
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ import subprocess
 import sys
 from typing import Any
 
-from course.grading.exercise import probes as course_probes
+from course.grading.exercise import ProbeSource
 from course.grading.recording import decode, encode
 
 __all__ = ["AnswerProcess", "LiveAnswer", "AnswerError", "MemoryLimitHit", "protect_this_process",
-           "stop_every_answer_process"]
+           "stop_every_answer_process", "serve"]
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36  # linux/prctl.h
 _MAX_LINE = 1 << 30  # a reply larger than this is not an answer a check needs
@@ -167,7 +167,8 @@ class AnswerProcess:
         ends the child, is left out and the child started again without it: only its own names fail."""
         env = dict(os.environ, NBGRADER_EXECUTION="autograde",  # widgets and demonstrations draw nothing there
                    COURSE_ANSWER_PARENT=str(os.getpid()))
-        self.proc = subprocess.Popen([sys.executable, "-m", "course.grading.answer_process"], stdin=subprocess.PIPE,
+        # The child's entry point (course.__main__) hands it the lessons' probes.
+        self.proc = subprocess.Popen([sys.executable, "-m", "course", "answer-process"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         _RUNNING.append(self)
@@ -222,7 +223,7 @@ class AnswerProcess:
 
     def call(self, name: str, args: tuple, kwargs: dict, probe: str | None = None) -> Any:
         """``name``'s answer to ``args`` and ``kwargs``; with ``probe``, the answer of that course probe
-        (:func:`course.grading.exercise.probes`) run around ``name`` in the child."""
+        (:attr:`course.grading.exercise.Exercise.probe`, one the lessons declare) run around ``name`` in the child."""
         if self.proc is None:
             try:
                 self._start()
@@ -384,12 +385,14 @@ def _warm_libraries(torch: Any) -> None:
         torch.zeros_like(x).copy_(y[:, None].squeeze(1) / 2)
 
 
-def _serve() -> int:
+def serve(probe_source: ProbeSource) -> int:
+    """The child's loop, until stdin ends (``python -m course answer-process``): ``probe_source`` returns every course
+    probe by name (``course.lessons.load().probes``), and is called once, before the setup and any answer cell run."""
     import contextlib
     import io
     _end_with_parent()
-    # Bound in this frame, not read off the module's globals: the answer cells run in this process (where this
-    # module is __main__) and could rebind those, changing what the replies carry; a local they cannot reach.
+    # Bound in this frame, not read off the module's globals: the answer cells run in this process and could rebind
+    # those, changing what the replies carry; a local they cannot reach.
     from course.errors import root_cause
     from course.grading.recording import decode, encode  # bound here too, for the same reason
     # bound here too, for the same reason: an answer cell that rebinds these module names changes nothing below
@@ -409,9 +412,8 @@ def _serve() -> int:
     import torch
     torch.set_num_threads(1)  # one thread: the same memory and the same sums on every machine
     # The course's probes, bound before any cell runs; what they look up later, the answer cell may not reach
-    # (course.lessons.capstone.refused_reach reads it before a probe is asked for). The package `course`, imported
-    # before this module ran, has put each lesson's in course.grading.exercise (course.exercises does).
-    probes = course_probes()
+    # (course.lessons.capstone.refused_reach reads it before a probe is asked for).
+    probes = dict(probe_source())
     namespace: dict[str, Any] = {"__name__": "__main__"}
     for cell in job.get("setup", []):
         with contextlib.suppress(Exception):
@@ -445,5 +447,7 @@ def _serve() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(_serve())
+if __name__ == "__main__":  # not the entry point: that one reads the lessons' probes, which sit above this module
+    print("The answer process runs as `python -m course answer-process`, which hands it the lessons' probes.",
+          file=sys.stderr)
+    raise SystemExit(2)

@@ -1,24 +1,25 @@
 """What a lesson module declares: its graded exercises (:class:`Exercise`) and their hint ladders (:class:`Ladder`).
 
 Each ``course/lessons/lessonNN.py`` holds a tuple ``EXERCISES`` of the one and a tuple ``LADDERS`` of the other;
-``course.exercises`` (``check``) and ``course.hint_ladder`` (``hint``, ``reveal``) assemble them from every lesson
-module they find. The types live here, below both, so that a lesson module never imports the API built on it.
+``course.lessons.load`` reads them from every lesson module, and ``course.exercises`` (``check``) and
+``course.hint_ladder`` (``hint``, ``reveal``) are built on them. The types live here, below both, so that a lesson module never imports the API built on it.
 
-A lesson with numeric exercises also declares, per exercise, the arguments its hidden tests draw (a dict ``DRAWS``,
-helped by :func:`draw_size` and :data:`HEAD_DIMS`; or why it has none, ``ENUMERATED``) and which course functions
-its answer may call (a dict ``MODEL_POLICY`` of :class:`ModelPolicy`). What the grader runs for a lesson beyond its
-checks is declared the same way (a function ``probes``, a dict ``CELL_BUILDERS``), and ``course.exercises`` puts it
-in :data:`PROBE_SOURCES` and :data:`CELL_BUILDERS` here, where the answer process and the re-check, which sit below
-the lessons, read it.
+A lesson with numeric exercises also declares, per exercise, the arguments its hidden tests draw (a dict ``DRAWS`` of
+:data:`Draw`, helped by :func:`draw_size` and :data:`HEAD_DIMS`) and which course functions its answer may call (a
+dict ``MODEL_POLICY`` of :class:`ModelPolicy`). What the grader runs for a lesson beyond its checks is declared the
+same way (a function ``probes``, a :data:`ProbeSource`; a dict ``CELL_BUILDERS`` of :data:`CellBuilder`).
+``course.lessons.load`` reads all of it; the re-check and the answer process, which sit below the lessons, are handed
+what they use by their entry points (course.__main__), never by a table kept here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from course.grading.comparison import Report
-__all__ = ["Exercise", "Ladder", "ladder", "TILED_RUNGS", "ModelPolicy", "HEAD_DIMS", "draw_size", "PROBE_SOURCES",
-           "CELL_BUILDERS", "probes", "STOP_AT_FIRST_PASS"]
+
+__all__ = ["Exercise", "Ladder", "ladder", "TILED_RUNGS", "ModelPolicy", "HEAD_DIMS", "draw_size", "Draw", "ProbeSource",
+           "CellBuilder", "STOP_AT_FIRST_PASS"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ TILED_RUNGS = (
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
 """The head dims a lesson uses."""
 
+Draw = Callable[[Any], dict | tuple]
+"""One argument set of a numeric exercise drawn from a ``random.Random``, in the form its check takes (a lesson
+module's ``DRAWS``, by exercise id). Every numeric exercise has one: a visible check that asks every question there is
+is exactly what a pasted table of its answers passes."""
+
 
 def draw_size(rng, low: int = 1, high: int = 8192) -> int:
     """A length, mostly not a multiple of any tile (1, 17, 129, ... as often as 128)."""
@@ -94,24 +100,17 @@ class ModelPolicy:
 
 
 # -- what the grader runs for a lesson beyond its checks ---------------------------------------------
-# The answer process and the re-check cannot import the lessons (they sit below them); course.exercises, which
-# assembles the course from its lesson modules, puts here what each lesson declares for them.
 
-PROBE_SOURCES: list[Callable[[], dict[str, Callable]]] = []
-"""For each lesson with probes (a lesson module's function ``probes``): a function that imports them and returns them
-by name. The answer process calls every one before the setup and any answer cell run (course.grading.answer_process)."""
+ProbeSource = Callable[[], Mapping[str, Callable]]
+"""A lesson module's function ``probes``: it imports the lesson's probes and returns them by name (:attr:`Exercise.probe`).
+The answer process calls every one before the setup and any answer cell run (course.grading.answer_process)."""
 
-CELL_BUILDERS: dict[str, Callable[..., dict[str, Any]]] = {}
-"""Answer cells of a kind a lesson adds (a lesson module's ``CELL_BUILDERS``; lesson 09's TT-Lang cells are ``"tt"``),
-by kind: the function that builds what such a cell defines from its text as handed in,
-``(source, where, exercise, setup, earlier) -> {name: value}`` (course.grading.recheck)."""
+CellBuilder = Callable[[str, str, str, dict, dict], dict]
+"""How the re-check builds an answer cell of a kind a lesson adds (a lesson module's ``CELL_BUILDERS``, by kind; lesson
+09's TT-Lang cells are ``"tt"``): ``(source, where, exercise, setup, earlier) -> {name: value}``, what the cell defines,
+from its text as handed in, the setup's names and what earlier cells of its kind defined (course.grading.recheck)."""
 
 
 STOP_AT_FIRST_PASS = False
 """Set by the grader's re-check (course.grading.recheck) while it runs: once a track of a step passes
 (course.track_choice), the practice tracks cost time and change nothing."""
-
-
-def probes() -> dict[str, Callable]:
-    """Every probe of the course by name (:attr:`Exercise.probe`), imported now."""
-    return {name: probe for source in PROBE_SOURCES for name, probe in source().items()}

@@ -1,6 +1,6 @@
 """The grader's second pass: every test cell checked again, in a process no answer cell ever ran in.
 
-    python -m course.grading.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json
+    python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json
 
 The grader (``autograder.grade.recheck``) runs this in a sandbox of its own after nbgrader has run the
 learner's notebook, and the grade of each test cell is what this pass finds. The job comes on stdin (a pipe
@@ -21,12 +21,15 @@ a descriptor this process kept, would show it the hidden tests. Once read, stdin
   - ``cuda`` / ``metal`` cells give only their kernel text, compiled for the CPU runtime (which refuses
     host calls) and launched by the course's own launcher;
   - cells of a kind a lesson adds are built from their text by the function that lesson declares for the kind
-    (:data:`course.grading.exercise.CELL_BUILDERS`): ``tt`` cells (TT-Lang, lesson 09) must pass
-    :func:`course.lessons.tt_answer.gate` and are run with a few safe built-ins and nothing else
-    (:func:`course.lessons.tt_answer.build`);
+    (its ``CELL_BUILDERS``, a :data:`course.grading.exercise.CellBuilder` each, which the entry point in
+    course.__main__ reads with ``course.lessons.load`` and hands to :func:`main` and :func:`run_job`): ``tt`` cells
+    (TT-Lang, lesson 09) must pass :func:`course.lessons.tt_answer.gate` and are run with a few safe built-ins and
+    nothing else (:func:`course.lessons.tt_answer.build`);
 - ``tests``: the instructor's test cells, hidden tests included, run as written.
 
 ``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``.
+
+The test cells reach the course through the setup's own ``import course``, as in the notebook.
 """
 from __future__ import annotations
 
@@ -39,14 +42,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-import course
 from course.errors import CheckFailed, CourseError
 from course.grading import exercise as grading_run
 from course.grading.answer_process import AnswerProcess, LiveAnswer, protect_this_process, stop_every_answer_process
 from course.grading.answers import FailedCell, NotFinished
-from course.grading.exercise import CELL_BUILDERS
+from course.grading.exercise import CellBuilder
 from course.simt import RawModule
 from course.simt.magic import CompileFailed
 from course.tracks import table
@@ -105,10 +107,9 @@ def _triton_functions(answer: dict) -> dict[str, Any]:
     return bound
 
 
-def _built_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+def _built_functions(answer: dict, build: CellBuilder, setup: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
     """The names a cell of a lesson's own kind (a TT-Lang cell) defines, built again from its text by the lesson's
-    builder (behind its gate), or the reason it failed."""
-    build = CELL_BUILDERS[answer["kind"]]
+    builder ``build`` (behind its gate), or the reason it failed."""
     if answer.get("source") is None:
         return {name: _missing(answer | {"names": [name]}) for name in answer["names"]}
     try:
@@ -119,10 +120,10 @@ def _built_functions(answer: dict, setup: dict[str, Any], earlier: dict[str, Any
             for name in answer["names"]}
 
 
-def _namespace(job: dict) -> dict[str, Any]:
+def _namespace(job: dict, cell_builders: Mapping[str, CellBuilder]) -> dict[str, Any]:
     if any(answer["kind"] == "triton" for answer in job.get("answers", [])):
         compile_server().warm()  # its start-up (a Python and a Triton import) overlaps the setup cells
-    namespace: dict[str, Any] = {"__name__": "__recheck__", "course": course}
+    namespace: dict[str, Any] = {"__name__": "__recheck__"}
     for cell in job.get("setup", []):
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(cell, "<setup>", "exec"), namespace)
@@ -139,13 +140,16 @@ def _namespace(job: dict) -> dict[str, Any]:
                 namespace[name] = LiveAnswer(name, answers, answer.get("source"))
         elif kind == "triton":
             namespace.update(_triton_functions(answer))
-        elif kind in CELL_BUILDERS:  # a lesson's own kind of cell (lesson 09's TT-Lang)
+        elif kind in cell_builders:  # a lesson's own kind of cell (lesson 09's TT-Lang)
             earlier = built_names.setdefault(kind, {})
-            built = _built_functions(answer, namespace, earlier)
+            built = _built_functions(answer, cell_builders[kind], namespace, earlier)
             earlier.update(built)
             namespace.update(built)
-        else:
+        elif kind in _LANGUAGE_SUFFIX:
             namespace[answer["names"][0]] = _kernel_module(answer)
+        else:  # a kind no lesson handed a builder for: its names fail, the other answers are checked
+            namespace.update({name: FailedCell(name, f"the course has no way to build a {kind!r} answer cell")
+                              for name in answer["names"]})
     return namespace
 
 
@@ -156,8 +160,10 @@ def _message(exc: BaseException) -> str:
     return "".join(frames).strip()
 
 
-def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, Any]]:
-    """Run every test of ``job``; a test cell's result is whether it raised."""
+def run_job(job: dict, cell_builders: Mapping[str, CellBuilder],
+            per_test_seconds: float = 600.0) -> dict[str, dict[str, Any]]:
+    """Run every test of ``job``; a test cell's result is whether it raised. ``cell_builders``: how to build the
+    answer cells of each kind a lesson adds (every lesson's ``CELL_BUILDERS``, ``course.lessons.load().cell_builders``)."""
     def on_alarm(signum, frame):
         raise _TestTimeout()
 
@@ -168,7 +174,7 @@ def run_job(job: dict, per_test_seconds: float = 600.0) -> dict[str, dict[str, A
     # compiler; here is where the compiler runs.
     execution_before = os.environ.pop("NBGRADER_EXECUTION", None)
     results: dict[str, dict[str, Any]] = {}
-    namespace = _namespace(job)
+    namespace = _namespace(job, cell_builders)
     previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
         for test in job.get("tests", []):
@@ -206,18 +212,22 @@ def _forget_stdin() -> None:
     sys.stdin = open(os.devnull, encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+_USAGE = ("usage: python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json (the job comes on stdin: a file "
+          "would be readable by the learner's answer cells)")
+
+
+def main(args: list[str], cell_builders: Mapping[str, CellBuilder]) -> int:
+    """The re-check's process (``python -m course recheck``, whose entry point hands it ``cell_builders``, as
+    :func:`run_job` takes them): ``args`` are what follows ``recheck`` on its command line."""
     if len(args) not in (2, 3) or args[0] != "-":
-        print("usage: python -m course.grading.recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json (the job comes on stdin: "
-              "a file would be readable by the learner's answer cells)", file=sys.stderr)
+        print(_USAGE, file=sys.stderr)
         return 2
     # The learner's Python answers run in children of this process: none may reach it, or outlive the result.
     protect_this_process()
     job = json.loads(sys.stdin.buffer.read())
     _forget_stdin()  # before any answer process starts: nothing of the job stays open to be read again
     started = time.monotonic()
-    results = run_job(job, float(args[2]) if len(args) == 3 else 600.0)
+    results = run_job(job, cell_builders, float(args[2]) if len(args) == 3 else 600.0)
     stop_every_answer_process()
     payload = {"tests": results, "seconds": round(time.monotonic() - started, 2)}
     target = Path(args[1])
@@ -231,5 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # not the entry point: that one reads the lessons, which sit above this module
+    print("The re-check runs as `python -m course recheck`, which hands it every lesson's kinds of answer cell.\n"
+          + _USAGE, file=sys.stderr)
+    raise SystemExit(2)

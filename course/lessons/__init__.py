@@ -1,23 +1,32 @@
 """What belongs to one lesson: ``lessonNN`` holds lesson NN's graded exercises (a tuple ``EXERCISES``), their checks,
-and their hint ladders (a tuple ``LADDERS``), and, where it has them, the arguments its hidden tests draw (``DRAWS``,
-``ENUMERATED``), which course functions its numeric answers may call (``MODEL_POLICY``) and what the grader runs for
-it beyond its checks (``probes``, ``CELL_BUILDERS``; course.grading.exercise says what each is);
-:func:`lesson_modules` finds them, and ``course.exercises`` and ``course.hint_ladder`` assemble the course from them
-(:func:`gathered`), so a new lesson is one new module. Beside them, what a lesson's checks run on: the capstone's
-probes (lesson 08, ``capstone``), and lesson 09's dataflow machine (``dataflow``: the TT-Lang simulator and how the
-course runs on it; ``dst``: the DST register census; ``tt_answer``: reading a learner's TT-Lang answer).
+and their hint ladders (a tuple ``LADDERS``), and, where it has them, the arguments its hidden tests draw (``DRAWS``),
+which course functions its numeric answers may call (``MODEL_POLICY``) and what the grader runs for it beyond its
+checks (a function ``probes``, a dict ``CELL_BUILDERS``; course.grading.exercise says what each is).
+
+:func:`lesson_modules` finds them and :func:`load` reads their declarations into one :class:`Lessons`, so a new
+lesson is one new module. Nothing is put anywhere by importing a lesson: ``course.exercises`` and
+``course.hint_ladder`` assemble the learner's API from what they read here, and the grader's processes, whose code
+sits below the lessons (course.grading.recheck, course.grading.answer_process), are handed what they need by their
+entry points (``python -m course recheck`` / ``answer-process``, course.__main__), which call :func:`load`.
+
+Beside them, what a lesson's checks run on: the capstone's probes (lesson 08, ``capstone``), and lesson 09's dataflow
+machine (``dataflow``: the TT-Lang simulator and how the course runs on it; ``dst``: the DST register census;
+``tt_answer``: reading a learner's TT-Lang answer).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import re
-from types import ModuleType
-from typing import Any
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import Any, Callable, Mapping
 
 from course.errors import CourseError
+from course.grading.exercise import CellBuilder, Draw, Exercise, ModelPolicy, ProbeSource
 
-__all__ = ["lesson_modules", "gathered"]
+__all__ = ["Lessons", "load", "assemble", "lesson_modules", "gathered"]
 
 _LESSON = re.compile(r"lesson\d\d")
 
@@ -39,3 +48,48 @@ def gathered(name: str, modules: list[ModuleType] | None = None) -> dict[str, An
             raise CourseError(f"{module.__name__}.{name} declares {twice[0]!r}, which an earlier lesson module declares too")
         merged.update(declared)
     return merged
+
+
+@dataclass(frozen=True)
+class Lessons:
+    """What every lesson module declares, read once (:func:`load`). The mappings are read-only: whoever needs a table
+    of its own (the checker's, which a test may change) copies it."""
+
+    exercises: Mapping[str, Exercise]
+    """Exercise id → its :class:`Exercise`, lesson by lesson (each lesson's own order within it)."""
+    draws: Mapping[str, Draw]
+    """Numeric exercise id → one argument set its hidden tests draw (each lesson module's ``DRAWS``)."""
+    model_policy: Mapping[str, ModelPolicy]
+    """Numeric exercise id → which of the course's model functions its answer may call (``MODEL_POLICY``)."""
+    probe_sources: tuple[ProbeSource, ...]
+    """Each lesson module's function ``probes``, in lesson order; :meth:`probes` calls them."""
+    cell_builders: Mapping[str, CellBuilder]
+    """Answer-cell kind a lesson adds → the function that builds such a cell (each lesson module's ``CELL_BUILDERS``)."""
+
+    def probes(self) -> dict[str, Callable]:
+        """Every probe of the course by name (:attr:`Exercise.probe`), imported now."""
+        return {name: probe for source in self.probe_sources for name, probe in source().items()}
+
+
+def assemble(modules: list[ModuleType]) -> Lessons:
+    """The declarations of ``modules`` (lesson modules, in lesson order) as one :class:`Lessons`; CourseError when two
+    of them declare the same exercise, draw, policy or kind of cell."""
+    exercises: dict[str, Exercise] = {}
+    for module in modules:
+        for exercise in getattr(module, "EXERCISES", ()):
+            if exercise.id in exercises:
+                raise CourseError(f"{module.__name__}.EXERCISES holds {exercise.id!r} twice, or an earlier "
+                                  f"lesson module holds it too")
+            exercises[exercise.id] = exercise
+    return Lessons(exercises=MappingProxyType(exercises),
+                   draws=MappingProxyType(gathered("DRAWS", modules)),
+                   model_policy=MappingProxyType(gathered("MODEL_POLICY", modules)),
+                   probe_sources=tuple(module.probes for module in modules if hasattr(module, "probes")),
+                   cell_builders=MappingProxyType(gathered("CELL_BUILDERS", modules)))
+
+
+@functools.cache
+def load() -> Lessons:
+    """Every lesson module's declarations (:func:`assemble` of :func:`lesson_modules`), read on the first call and
+    kept: the checker, the re-check and the answer process all ask for them, and a process reads them once."""
+    return assemble(lesson_modules())

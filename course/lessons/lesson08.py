@@ -291,7 +291,8 @@ EXERCISES = (
 
 def probes() -> dict[str, Any]:
     """The capstone's probes by name (:data:`course.lessons.capstone.PROBES`), which its exercises name: the answer
-    process imports them this way before the setup and any answer cell run (course.grading.exercise.PROBE_SOURCES)."""
+    process imports them this way before the setup and any answer cell run (a course.grading.exercise.ProbeSource,
+    which course.lessons.load reads and ``python -m course answer-process`` hands it)."""
     from course.lessons.capstone import PROBES  # here, not on top: +4 ms to `import course`
     return PROBES
 

@@ -239,7 +239,8 @@ def _tt_cell(source: str, where: str, exercise: str, setup: dict[str, Any], earl
 
 
 CELL_BUILDERS = {"tt": _tt_cell}
-"""The re-check builds this lesson's TT-Lang cells (kind ``tt``) from their text (course.grading.exercise.CELL_BUILDERS)."""
+"""The re-check builds this lesson's TT-Lang cells (kind ``tt``) from their text (a course.grading.exercise.CellBuilder,
+which course.lessons.load reads and ``python -m course recheck`` hands it)."""
 
 
 LADDERS = (

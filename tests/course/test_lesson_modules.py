@@ -1,5 +1,6 @@
 """A lesson is its module: what course.exercises reads for a lesson (its draws, its model-function policy, what the
-grader runs for it) is declared in ``course/lessons/lessonNN.py`` and found there, never listed centrally."""
+grader runs for it) is declared in ``course/lessons/lessonNN.py`` and found there, never listed centrally;
+``course.lessons.load`` reads all of it, once."""
 from __future__ import annotations
 
 import types
@@ -8,11 +9,11 @@ import pytest
 
 from course import exercises
 from course.errors import CheckFailed, CourseError
-from course.grading import exercise as declared
-from course.lessons import capstone, gathered, lesson_modules, lesson09
+from course.grading.exercise import Exercise
+from course.lessons import Lessons, assemble, capstone, gathered, lesson_modules, lesson08, lesson09, load
 
 
-@pytest.mark.parametrize("name", ["DRAWS", "ENUMERATED", "MODEL_POLICY"])
+@pytest.mark.parametrize("name", ["DRAWS", "MODEL_POLICY"])
 def test_each_lesson_declares_only_its_own_exercises(name):
     assembled = getattr(exercises, name)
     seen = {}
@@ -36,15 +37,45 @@ def test_a_key_two_lessons_declare_is_refused():
         gathered("DRAWS", [first, second])
 
 
+def test_the_loader_reads_every_lessons_declarations():
+    """load() holds each lesson module's exercises, draws, policies, probes and kinds of answer cell, in lesson
+    order, and nothing else; it reads them once, and what it hands out cannot be changed by whoever holds it."""
+    lessons = load()
+    assert isinstance(lessons, Lessons) and load() is lessons
+    modules = lesson_modules()
+    assert [m.__name__.rpartition(".")[2] for m in modules] == [f"lesson{n:02d}" for n in range(10)]
+    assert list(lessons.exercises) == [e.id for m in modules for e in m.EXERCISES]
+    assert all(lessons.exercises[e.id] is e for m in modules for e in m.EXERCISES)
+    for field, name in (("draws", "DRAWS"), ("model_policy", "MODEL_POLICY"), ("cell_builders", "CELL_BUILDERS")):
+        declared = {key: value for m in modules for key, value in getattr(m, name, {}).items()}
+        assert dict(getattr(lessons, field)) == declared, field
+    assert lessons.probe_sources == (lesson08.probes,)
+    assert dict(lessons.cell_builders) == lesson09.CELL_BUILDERS
+    # the checker's tables are copies of what it read
+    assert exercises.EXERCISES == dict(lessons.exercises) and exercises.DRAWS == dict(lessons.draws)
+    assert exercises.MODEL_POLICY == dict(lessons.model_policy)
+    with pytest.raises(TypeError):
+        lessons.draws["99.new"] = lambda rng: ()
+
+
+def test_the_loader_refuses_an_exercise_two_lessons_hold():
+    first, second = types.ModuleType("course.lessons.lesson98"), types.ModuleType("course.lessons.lesson99")
+    first.EXERCISES = (Exercise("98.same", "one", lambda answer: None),)
+    second.EXERCISES = (Exercise("98.same", "two", lambda answer: None),)
+    assert list(assemble([first]).exercises) == ["98.same"]
+    with pytest.raises(CourseError, match=r"lesson99\.EXERCISES holds '98\.same' twice, or an earlier lesson module"):
+        assemble([first, second])
+
+
 def test_what_the_grader_runs_for_a_lesson_is_the_lessons_own():
-    """The answer process and the re-check sit below the lessons: they find lesson 08's probes and lesson 09's
-    TT-Lang cells where course.exercises put them, and every probe an exercise names is there."""
-    assert declared.probes() == capstone.PROBES
+    """The answer process and the re-check sit below the lessons: their entry points hand them lesson 08's probes and
+    lesson 09's TT-Lang cells as read by the loader, and every probe an exercise names is there."""
+    lessons = load()
+    assert lessons.probes() == capstone.PROBES
     named = {e.probe for e in exercises.EXERCISES.values() if e.probe is not None}
-    assert named and named <= set(declared.probes())
-    assert declared.CELL_BUILDERS == lesson09.CELL_BUILDERS
+    assert named and named <= set(lessons.probes())
     # The builder is the lesson's gate and build: a cell outside TT-Lang is refused, one inside it is built.
-    built = declared.CELL_BUILDERS["tt"]("def f(x):\n    return math.sqrt(x)\n", "your cell", "09.x", {}, {})
+    built = lessons.cell_builders["tt"]("def f(x):\n    return math.sqrt(x)\n", "your cell", "09.x", {}, {})
     assert built["f"](4.0) == 2.0
     with pytest.raises(CheckFailed, match=r"09\.x: your cell, line 1: `import os` imports os"):
-        declared.CELL_BUILDERS["tt"]("import os\nos.getcwd()\n", "your cell", "09.x", {}, {})
+        lessons.cell_builders["tt"]("import os\nos.getcwd()\n", "your cell", "09.x", {}, {})

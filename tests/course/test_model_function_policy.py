@@ -22,7 +22,7 @@ from autograder.corpora.cheating import MODEL_ANSWERS, as_submission, model_chea
 from autograder.corpora.hostile import make_submission
 from course import exercises
 from course.errors import CheckFailed
-from course.exercises import DRAWS, ENUMERATED, EXERCISES, MODEL_POLICY
+from course.exercises import DRAWS, EXERCISES, MODEL_POLICY
 from course.grading.measured import model_function, model_references
 from course.grading.recording import Replay
 
@@ -47,7 +47,7 @@ def _sentence(exercise: str, name: str = "") -> str:
 
 def test_every_numeric_exercise_declares_its_policy_and_each_name_is_a_course_function():
     numeric = {e for e, ex in EXERCISES.items() if "arguments" in inspect.signature(ex.run).parameters}
-    assert numeric == set(DRAWS) | set(ENUMERATED)
+    assert numeric == set(DRAWS)
     assert numeric <= set(MODEL_POLICY) <= set(EXERCISES), numeric ^ set(MODEL_POLICY)
     for exercise, policy in MODEL_POLICY.items():
         assert not set(policy.refused) & set(policy.allowed), exercise
@@ -164,6 +164,7 @@ def _recorded(exercise: str, answer, monkeypatch) -> dict:
 def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_nothing(monkeypatch, capsys, repo):
     from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
+    from course.lessons import load
     monkeypatch.setattr(grading_run, "STOP_AT_FIRST_PASS", grading_run.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # run_job takes it away; monkeypatch puts the state back
     exercise, test = "01.naive_bytes_read", 'course.check("01.naive_bytes_read", naive_bytes_read)'
@@ -172,7 +173,7 @@ def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_not
     job = {"setup": ["import torch\nimport course"], "tests": [{"cell": "test_naive_bytes_read", "source": test}],
            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"], "source": cell}],
            "recordings": recordings}
-    result = run_job(job)["test_naive_bytes_read"]
+    result = run_job(job, load().cell_builders)["test_naive_bytes_read"]
     assert not result["passed"] and re.match(_sentence(exercise, "course.models.roofline.naive_kernel_bytes_read"),
                                              result["message"]), result
     # Control: the lesson's own answer cell, which counts the reads itself, passes; it runs in the re-check's
@@ -180,9 +181,9 @@ def test_the_re_check_reads_the_answer_cell_so_switching_the_watch_off_gains_not
     solution = nbformat.read(repo / "solutions" / "01_naive_attention" / "01_naive_attention.ipynb", as_version=4)
     job["answers"][0]["source"] = next(c.source for c in solution.cells
                                        if c.metadata.get("nbgrader", {}).get("grade_id") == "naive_bytes_read")
-    assert run_job(job)["test_naive_bytes_read"]["passed"]
+    assert run_job(job, load().cell_builders)["test_naive_bytes_read"]["passed"]
     job["answers"][0]["source"] = "def naive_bytes_read(n, d, dtype):\n    return 0\n"  # the recordings were right
-    assert not run_job(job)["test_naive_bytes_read"]["passed"]
+    assert not run_job(job, load().cell_builders)["test_naive_bytes_read"]["passed"]
 
 
 def test_a_replay_without_the_answer_text_is_graded_on_its_answers(capsys):

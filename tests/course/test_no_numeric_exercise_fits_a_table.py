@@ -6,7 +6,7 @@ The rule, for every exercise the registry grades by the values an answer returns
   with a ``MODEL_POLICY`` (the course declares one for each numeric answer) and every check that takes
   ``arguments``;
 - each has a drawer in ``DRAWS`` and its check takes ``arguments`` (where ``drawn=`` puts the drawn sets);
-- no exercise is excused: ``ENUMERATED`` (a reason not to draw) is empty, for a visible check that asks every
+- no exercise is excused: there is no declaration of a reason not to draw, for a visible check that asks every
   question there is is exactly the one a pasted table passes;
 - every drawn set asks the answer something the visible check never asks.
 
@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import course
-from course.exercises import DRAWS, ENUMERATED, EXERCISES, MODEL_POLICY, drawn_arguments
+from course.exercises import DRAWS, EXERCISES, MODEL_POLICY, drawn_arguments
 from test_drawn_arguments import HIDDEN, _honest, _test_cells
 
 SEEDS = (11, 2026)
@@ -35,28 +35,24 @@ def numeric_exercises() -> set[str]:
     return set(MODEL_POLICY) | {e for e, ex in EXERCISES.items() if "arguments" in inspect.signature(ex.run).parameters}
 
 
-def holes(draws: dict, enumerated: dict) -> list[str]:
+def holes(draws: dict) -> list[str]:
     """What breaks the rule, one line each (empty when nothing does)."""
     found = [f"{e}: its hidden test has nothing to draw (no entry in DRAWS)" for e in sorted(numeric_exercises())
              if e not in draws]
     found += [f"{e}: its check takes no arguments, so drawn= cannot reach it" for e in sorted(numeric_exercises())
               if "arguments" not in inspect.signature(EXERCISES[e].run).parameters]
-    found += [f"{e}: excused from drawing ({why}); a visible check that asks everything is what a table passes"
-              for e, why in sorted(enumerated.items())]
     return found
 
 
 def test_every_numeric_exercise_draws():
     assert {"05.fragment_lane", "07.differing_elements", "07.backward_flops"} <= numeric_exercises()
-    assert holes(DRAWS, ENUMERATED) == []
+    assert holes(DRAWS) == []
 
 
 @pytest.mark.parametrize("removed", ["05.fragment_lane", "07.differing_elements", "04.warp_sectors"])
 def test_the_rule_sees_an_exercise_whose_drawer_is_taken_away(removed):
     without = {e: draw for e, draw in DRAWS.items() if e != removed}
-    assert holes(without, ENUMERATED) == [f"{removed}: its hidden test has nothing to draw (no entry in DRAWS)"]
-    excused = {removed: "its visible check asks every question there is"}
-    assert holes(without, excused)[-1].startswith(f"{removed}: excused from drawing")
+    assert holes(without) == [f"{removed}: its hidden test has nothing to draw (no entry in DRAWS)"]
 
 
 def _key(value: Any) -> Any:

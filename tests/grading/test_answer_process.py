@@ -44,7 +44,7 @@ def _recheck(tmp_path: Path, cell: str) -> tuple[dict, Path]:
     result = tmp_path / "result.json"
     job = {"setup": ["import course, torch"], "tests": [{"cell": "t", "source": TEST}], "recordings": {},
            "answers": [{"cell": "naive_bytes_read", "kind": "python", "names": ["naive_bytes_read"], "source": cell}]}
-    done = subprocess.run([sys.executable, "-m", "course.grading.recheck", "-", str(result)], input=json.dumps(job),
+    done = subprocess.run([sys.executable, "-m", "course", "recheck", "-", str(result)], input=json.dumps(job),
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(result.read_text())["tests"]["t"], result
@@ -160,11 +160,12 @@ def test_the_footprint_is_measured_from_outside_the_answer(repo):
     notebook's watch off; the re-check limits the answer process's memory instead, which no line of it can undo."""
     import nbformat
     from course.grading.recheck import run_job
-    outcome = run_job(_tiled_job(FULL_MATRIX))["t"]
+    from course.lessons import load
+    outcome = run_job(_tiled_job(FULL_MATRIX), load().cell_builders)["t"]
     assert not outcome["passed"] and "needed more than 48 MiB for the call" in outcome["message"], outcome
     solution = nbformat.read(repo / "solutions" / "03_tiling" / "03_tiling.ipynb", as_version=4)
     right = next(c.source for c in solution.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tiled_torch")
-    assert run_job(_tiled_job(right))["t"]["passed"]
+    assert run_job(_tiled_job(right), load().cell_builders)["t"]["passed"]
 
 
 def test_an_answer_process_dies_with_a_checker_killed_from_outside(tmp_path):

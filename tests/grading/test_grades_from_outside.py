@@ -184,6 +184,7 @@ def backward_flops(n_q, n_k, d, design):
 def test_a_refused_function_reached_past_the_watch_fails_where_the_grade_is_decided(exercise, monkeypatch, capsys):
     from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
+    from course.lessons import load
     cell, answer = HIDDEN_REACH[exercise]
     source = _REACH + answer
     # The notebook's own watch is inside the answer's process, which switched it off: there the trick passes (or
@@ -199,7 +200,7 @@ def test_a_refused_function_reached_past_the_watch_fails_where_the_grade_is_deci
     job = {"setup": ["import torch\nimport course"],
            "tests": [{"cell": f"test_{cell}", "source": f"course.check({exercise!r}, {cell})"}],
            "answers": [{"cell": cell, "kind": "python", "names": [cell], "source": source}]}
-    result = run_job(job)[f"test_{cell}"]
+    result = run_job(job, load().cell_builders)[f"test_{cell}"]
     assert not result["passed"], result
     refused = "|".join(re.escape(name) for name in MODEL_POLICY[exercise].refused)
     assert re.search(rf"{re.escape(exercise)}: your answer may not use ({refused})", result["message"]), result
@@ -237,12 +238,13 @@ def test_an_answer_that_patches_every_course_function_earns_nothing(monkeypatch)
     that reports success: that is its own process, not the checker's."""
     from course.grading import exercise as grading_run
     from course.grading.recheck import run_job
+    from course.lessons import load
     monkeypatch.setattr(grading_run, "STOP_AT_FIRST_PASS", grading_run.STOP_AT_FIRST_PASS)
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     job = {"setup": ["import torch\nimport course"],
            "tests": [{"cell": "test_tile_counts", "source": 'course.check("06.tile_counts", tile_counts)'}],
            "answers": [{"cell": "tile_counts", "kind": "python", "names": ["tile_counts"], "source": PATCH_EVERYTHING}]}
-    result = run_job(job)["test_tile_counts"]
+    result = run_job(job, load().cell_builders)["test_tile_counts"]
     assert not result["passed"] and result["message"].startswith("06.tile_counts"), result
 
 
