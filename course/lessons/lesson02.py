@@ -9,16 +9,20 @@ from course.grading.checks import F16, kernel_options, naive_simt, row_kernel, t
 from course.grading.comparison import Report
 from course.grading.compare_values import Mistake, check_merge_states, check_softmax, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 from course.inputs import Case
 from course.models import roofline
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
 
-def _online_softmax(fn, cases: Iterable[Case] | None = None) -> Report:
-    cases = cases or [Case(1, 1, 16), Case(17, 300, 16, kind="peaky", seed=1), Case(5, 129, 32, seed=2),
-                      Case(9, 33, 16, dtype=F16, seed=3), Case(4, 70, 16, kind="constant_rows", seed=4)]
-    return check_softmax("02.online_softmax_triton", fn, cases, **kernel_options())
+def _online_softmax(exercise: str):
+    """The check of the row softmax kernel (its id comes from its row)."""
+    def run(fn, cases: Iterable[Case] | None = None) -> Report:
+        cases = cases or [Case(1, 1, 16), Case(17, 300, 16, kind="peaky", seed=1), Case(5, 129, 32, seed=2),
+                          Case(9, 33, 16, dtype=F16, seed=3), Case(4, 70, 16, kind="constant_rows", seed=4)]
+        return check_softmax(exercise, fn, cases, **kernel_options())
+    return run
 
 
 def _softmax_mistake(text: str, online_passes: int, safe_passes: int, write: int = 1, per_element: bool = True
@@ -54,27 +58,29 @@ def _softmax_bytes(fn, arguments: Iterable[dict] | None = None) -> Report:
     return check_values("02.softmax_bytes", fn, roofline.softmax_bytes, args, _SOFTMAX_MISTAKES)
 
 
-def _merge_states(fn, cases: Iterable[Case] | None = None, exercise: str = "02.online_softmax_merge_triton") -> Report:
-    cases = cases or [Case(7, 40, 16), Case(5, 129, 16, kind="peaky", seed=1)]
-    # The PyTorch version runs in-process; the Triton kernel with the tier's options.
-    options = kernel_options() if exercise == "02.online_softmax_merge_triton" else {}
-    return check_merge_states(exercise, fn, cases, **options)
+def _merge_states(exercise: str, kernel: bool):
+    """The check of a merge of two partial states: the PyTorch version runs in-process, the Triton kernel (``kernel``)
+    with the tier's options."""
+    def run(fn, cases: Iterable[Case] | None = None) -> Report:
+        cases = cases or [Case(7, 40, 16), Case(5, 129, 16, kind="peaky", seed=1)]
+        return check_merge_states(exercise, fn, cases, **(kernel_options() if kernel else {}))
+    return run
 
 
 EXERCISES = (
-    Exercise("02.online_softmax_cuda", "One warp per query row with warp shuffles (CUDA C)",
-             track_step("02.online_softmax_cuda"), isolated=True, takes="kernel module"),
-    Exercise("02.online_softmax_metal", "One sweep over the keys with the online softmax (Metal)",
-             naive_simt("02.online_softmax_metal"), isolated=True, takes="kernel module"),
+    # The step's kernels, from its rows (course/tracks/table.py): ids such as 02.online_softmax_cuda. Its Triton file
+    # holds three exercises, the row softmax and the variants merge and attention.
+    *step_exercises("02", "online_softmax", {"triton": "A row softmax with the online normalizer",
+                                             "cuda": "One warp per query row with warp shuffles (CUDA C)",
+                                             "metal": "One sweep over the keys with the online softmax (Metal)"},
+                    {"triton": _online_softmax, "cuda": track_step, "metal": naive_simt}),
     Exercise("02.softmax_bytes", "Memory traffic of the safe and the online softmax", _softmax_bytes),
-    Exercise("02.online_softmax_triton", "A row softmax with the online normalizer", _online_softmax, isolated=True),
-    Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch",
-             lambda fn, cases=None: _merge_states(fn, cases, "02.merge_torch")),
-    Exercise("02.online_softmax_merge_triton", "Merging two partial softmax states in a Triton kernel", _merge_states,
-             isolated=True),
-    Exercise("02.online_softmax_attention_triton", "One sweep over the keys with the online softmax (Triton)",
-             row_kernel("02.online_softmax_attention_triton", (Case(6, 129, 16, kind="peaky", seed=8),)),
-             isolated=True),
+    Exercise("02.merge_torch", "Merging two partial softmax states in PyTorch", _merge_states("02.merge_torch", False)),
+    *step_exercises("02", "online_softmax", {"triton": "Merging two partial softmax states in a Triton kernel"},
+                    {"triton": lambda exercise: _merge_states(exercise, True)}, variant="merge"),
+    *step_exercises("02", "online_softmax", {"triton": "One sweep over the keys with the online softmax (Triton)"},
+                    {"triton": lambda exercise: row_kernel(exercise, (Case(6, 129, 16, kind="peaky", seed=8),))},
+                    variant="attention"),
 )
 
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
@@ -111,20 +117,23 @@ LADDERS = (
            "Two empty states have m = -inf; exp(-inf - (-inf)) is NaN. Subtract 0 instead of m when m is -inf "
            "(`torch.where`), so l stays 0.",
            cell="02_online_softmax/merge_torch"),
-    ladder("02.online_softmax_merge_triton",
-           "It is the merge you wrote in PyTorch, with `tl.maximum`, `tl.where` and `tl.exp`.",
-           "`m = tl.maximum(m_a, m_b)`; `m_safe = tl.where(m == float('-inf'), 0.0, m)`.",
-           "`l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)`."),
-    ladder("02.online_softmax_triton",
-           "stream_state reads BLOCK columns at a time; each block is one online update of (m, l).",
-           "Pad the tail of the row with -inf, not 0: exp(-inf) = 0 adds nothing to l.",
-           "Per block: `m_new = tl.maximum(m, tl.max(x))`; `l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new))`; "
-           "`m = m_new`. The second pass writes exp(x - m) / l."),
-    ladder("02.online_softmax_attention_triton", *_ONE_PASS),
-    ladder("02.online_softmax_cuda", *_ONE_PASS,
-           "In the warp kernel each chunk of 32 keys is one online step: the chunk's max and sum come from the "
-           "butterfly reductions, and every lane rescales its own accumulator columns by the same factor."),
-    ladder("02.online_softmax_metal", *_ONE_PASS),
+    *step_ladders("02", "online_softmax", (), {"triton": (
+        "It is the merge you wrote in PyTorch, with `tl.maximum`, `tl.where` and `tl.exp`.",
+        "`m = tl.maximum(m_a, m_b)`; `m_safe = tl.where(m == float('-inf'), 0.0, m)`.",
+        "`l = l_a * tl.exp(m_a - m_safe) + l_b * tl.exp(m_b - m_safe)`.")}, variant="merge"),
+    *step_ladders("02", "online_softmax", (), {
+        "triton": (
+            "stream_state reads BLOCK columns at a time; each block is one online update of (m, l).",
+            "Pad the tail of the row with -inf, not 0: exp(-inf) = 0 adds nothing to l.",
+            "Per block: `m_new = tl.maximum(m, tl.max(x))`; `l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new))`; "
+            "`m = m_new`. The second pass writes exp(x - m) / l."),
+        "cuda": (
+            *_ONE_PASS,
+            "In the warp kernel each chunk of 32 keys is one online step: the chunk's max and sum come from the "
+            "butterfly reductions, and every lane rescales its own accumulator columns by the same factor."),
+        "metal": _ONE_PASS,
+    }),
+    *step_ladders("02", "online_softmax", _ONE_PASS, variant="attention"),
 )
 
 
