@@ -39,7 +39,7 @@ import textwrap
 
 from course.errors import CourseError
 from course.grading.exercise import Ladder
-from course.lessons import lesson_modules
+from course.lessons import load
 from course.paths import REPO, SOLUTIONS
 from course.solution_regions import PYTHON_STUB_LINE, SOLUTION_REGION
 from course.track_choice import TOUCHED, exercise_for
@@ -78,7 +78,7 @@ def prose_of(rung: str) -> str:
     return _SPAN.sub(" ", _BLOCK.sub("\n", rung))
 
 
-LADDERS: dict[str, Ladder] = {rungs.exercise: rungs for module in lesson_modules() for rungs in module.LADDERS}
+LADDERS: dict[str, Ladder] = dict(load().ladders)
 """Exercise id → its ladder, from every lesson module (``course/lessons/lessonNN.py``, a tuple ``LADDERS``)."""
 
 # How often each exercise's ladder has been climbed in this kernel (a fresh kernel starts again).

@@ -24,7 +24,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any, Callable, Mapping
 
 from course.errors import CourseError
-from course.grading.exercise import CellBuilder, Draw, Exercise, ModelPolicy, ProbeSource
+from course.grading.exercise import CellBuilder, Draw, Exercise, Ladder, ModelPolicy, ProbeSource
 
 __all__ = ["Lessons", "load", "assemble", "lesson_modules", "gathered"]
 
@@ -57,6 +57,8 @@ class Lessons:
 
     exercises: Mapping[str, Exercise]
     """Exercise id → its :class:`Exercise`, lesson by lesson (each lesson's own order within it)."""
+    ladders: Mapping[str, Ladder]
+    """Exercise id → its hint ladder (each lesson module's tuple ``LADDERS``)."""
     draws: Mapping[str, Draw]
     """Numeric exercise id → one argument set its hidden tests draw (each lesson module's ``DRAWS``)."""
     model_policy: Mapping[str, ModelPolicy]
@@ -81,7 +83,14 @@ def assemble(modules: list[ModuleType]) -> Lessons:
                 raise CourseError(f"{module.__name__}.EXERCISES holds {exercise.id!r} twice, or an earlier "
                                   f"lesson module holds it too")
             exercises[exercise.id] = exercise
-    return Lessons(exercises=MappingProxyType(exercises),
+    ladders: dict[str, Ladder] = {}
+    for module in modules:
+        for rungs in getattr(module, "LADDERS", ()):
+            if rungs.exercise in ladders:
+                raise CourseError(f"{module.__name__}.LADDERS holds a ladder for {rungs.exercise!r} twice, or an earlier "
+                                  f"lesson module holds one too")
+            ladders[rungs.exercise] = rungs
+    return Lessons(exercises=MappingProxyType(exercises), ladders=MappingProxyType(ladders),
                    draws=MappingProxyType(gathered("DRAWS", modules)),
                    model_policy=MappingProxyType(gathered("MODEL_POLICY", modules)),
                    probe_sources=tuple(module.probes for module in modules if hasattr(module, "probes")),

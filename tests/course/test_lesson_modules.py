@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from course import exercises
+from course import exercises, hint_ladder
 from course.errors import CheckFailed, CourseError
-from course.grading.exercise import Exercise
+from course.grading.exercise import Exercise, ladder
 from course.lessons import Lessons, assemble, capstone, gathered, lesson_modules, lesson08, lesson09, load
 
 
@@ -46,6 +46,8 @@ def test_the_loader_reads_every_lessons_declarations():
     assert [m.__name__.rpartition(".")[2] for m in modules] == [f"lesson{n:02d}" for n in range(10)]
     assert list(lessons.exercises) == [e.id for m in modules for e in m.EXERCISES]
     assert all(lessons.exercises[e.id] is e for m in modules for e in m.EXERCISES)
+    assert list(lessons.ladders) == [rungs.exercise for m in modules for rungs in m.LADDERS]
+    assert hint_ladder.LADDERS == dict(lessons.ladders)
     for field, name in (("draws", "DRAWS"), ("model_policy", "MODEL_POLICY"), ("cell_builders", "CELL_BUILDERS")):
         declared = {key: value for m in modules for key, value in getattr(m, name, {}).items()}
         assert dict(getattr(lessons, field)) == declared, field
@@ -64,6 +66,10 @@ def test_the_loader_refuses_an_exercise_two_lessons_hold():
     second.EXERCISES = (Exercise("98.same", "two", lambda answer: None),)
     assert list(assemble([first]).exercises) == ["98.same"]
     with pytest.raises(CourseError, match=r"lesson99\.EXERCISES holds '98\.same' twice, or an earlier lesson module"):
+        assemble([first, second])
+    first.LADDERS, second.LADDERS = (ladder("98.same", "one rung"),), (ladder("98.same", "another rung"),)
+    second.EXERCISES = ()
+    with pytest.raises(CourseError, match=r"lesson99\.LADDERS holds a ladder for '98\.same' twice"):
         assemble([first, second])
 
 
