@@ -117,6 +117,7 @@ def pytest_collection_modifyitems(config, items):
 # ------------------------------------------------------------------------------------------------
 
 LESSON_BUDGET_S = 120.0
+SLOWEST_FILES = 25
 _LESSON_IN_ID = (re.compile(r"[\[\-/](\d\d)[._]"), re.compile(r"lesson_?(\d\d)"))
 
 
@@ -131,6 +132,7 @@ def lesson_of(nodeid: str) -> str | None:
 def pytest_terminal_summary(terminalreporter):
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
+    per_file: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             nodeid, duration = getattr(report, "nodeid", None), getattr(report, "duration", None)
@@ -138,6 +140,8 @@ def pytest_terminal_summary(terminalreporter):
                 continue
             lesson = lesson_of(nodeid) or "shared"
             seconds[lesson] = seconds.get(lesson, 0.0) + duration
+            test_file = nodeid.partition("::")[0]
+            per_file[test_file] = per_file.get(test_file, 0.0) + duration
             if getattr(report, "when", None) == "call":
                 counts[lesson] = counts.get(lesson, 0) + 1
     if not seconds:
@@ -147,3 +151,8 @@ def pytest_terminal_summary(terminalreporter):
         over = lesson != "shared" and seconds[lesson] > LESSON_BUDGET_S
         budget = "" if lesson == "shared" else f"  budget {LESSON_BUDGET_S:.0f} s" + ("  OVER BUDGET" if over else "")
         terminalreporter.write_line(f"lesson {lesson:>6}: {seconds[lesson]:7.1f} s in {counts.get(lesson, 0):4d} tests{budget}")
+    # Where the suite's time goes by file: a file of many quick tests costs as much as one slow test, and the
+    # durations list above names single tests only.
+    terminalreporter.section(f"the {SLOWEST_FILES} slowest test files (seconds summed over workers)")
+    for test_file, spent in sorted(per_file.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"{spent:7.1f} s  {test_file}")
