@@ -65,6 +65,10 @@ def learner_traceback(exc: BaseException, limit: int = 4) -> str:
     root = chain[-1]
     message = str(root).strip().splitlines()
     head = f"{type(root).__name__}: {message[0] if message else ''}".rstrip(": ")
+    if getattr(root, "raised_as", None) and message:
+        # Raised in another process (the answer process), whose message already begins with the type the learner's
+        # code raised there: the name of the exception that carried it here would only stand in front of it.
+        head = message[0]
     # Some libraries (Triton's compiler among them) put the useful sentence on a later line.
     extra = [m for m in message[1:] if m.strip()][-3:]
     return "\n".join(lines + [f"  {head}"] + [f"    {m.strip()}" for m in extra])

@@ -50,7 +50,11 @@ CELL_SECONDS = 30.0  # one answer cell defining its functions (the notebook's ow
 
 
 class AnswerError(Exception):
-    """What the learner's function raised in the answer process (its type and message)."""
+    """What the learner's function raised in the answer process (its type and message), or why that process could
+    not answer. ``raised_as`` is the type the learner's code raised there, when it raised one: a learner reads
+    ``Refused: ...`` as their code raised it, not the name of the exception that brought it across."""
+
+    raised_as: str | None = None
 
 
 class MemoryLimitHit(AnswerError):
@@ -249,10 +253,11 @@ class AnswerProcess:
         if not isinstance(reply, dict):
             raise AnswerError("the process that runs your answer cells answered with something unreadable")
         if "error" in reply:
-            message = f"{reply.get('error')}: {reply.get('message', '')}"
             if reply.get("not_implemented"):
                 raise NotImplementedError(str(reply.get("message", "")))
-            raise AnswerError(message)
+            error = AnswerError(f"{reply.get('error')}: {reply.get('message', '')}")
+            error.raised_as = str(reply.get("error"))
+            raise error
         return decode(reply.get("value"))
 
     def _limit_address_space(self) -> None:

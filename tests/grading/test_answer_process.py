@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import course
 from course.grading.answer_process import AnswerError, AnswerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +133,23 @@ def test_prints_of_the_answer_never_reach_the_replies():
             process.call("g", (), {})
     finally:
         process.close()
+
+
+def test_an_error_the_answer_raises_reads_as_the_learners_own():
+    """A check shows what the learner's function raised in the answer process (``ValueError: ...``) once, not behind
+    the name of the exception that carried it back (``AnswerError: ValueError: ...``)."""
+    from course.errors import CheckFailed
+    from course.grading.answer_process import LiveAnswer
+
+    cell = "def naive_bytes_read(n, d, dtype):\n    raise ValueError('no bytes today')\n"
+    process = AnswerProcess(["import torch"], [{"cell": "c", "source": cell, "names": ["naive_bytes_read"]}])
+    try:
+        with pytest.raises(CheckFailed) as failed:
+            course.check("01.naive_bytes_read", LiveAnswer("naive_bytes_read", process))
+    finally:
+        process.close()
+    text = str(failed.value)
+    assert "ValueError: no bytes today" in text and "AnswerError" not in text, text
 
 
 FULL_MATRIX = '''
