@@ -85,12 +85,12 @@ module's ``MODEL_POLICY``)."""
 
 
 def _refused_models(exercise: str, candidate: Any, graded: Any) -> Any:
-    """``graded``, watched for calls of the exercise's refused model functions (course.grading.measured); or CheckFailed
+    """``graded``, watched for calls of the exercise's refused model functions (course.grading.model_policy); or CheckFailed
     at once when the answer's text names one (the answer cell as handed in, under the re-check)."""
     policy = MODEL_POLICY.get(exercise)
     if policy is None or not policy.refused:
         return graded
-    from course.grading.measured import function_source, model_references, refusing_model_calls  # here, not on top: +20 ms to `import course`
+    from course.grading.model_policy import function_source, model_references, refusing_model_calls  # here, not on top: +20 ms to `import course`
     if isinstance(candidate, (Replay, LiveAnswer)):
         source = getattr(candidate, "answer_source", None)  # set by course.grading.recheck from the notebook handed in
         named = model_references(source, policy.refused) if isinstance(source, str) else []

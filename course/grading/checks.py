@@ -70,15 +70,14 @@ def track_step(exercise: str):
     """A step of the CUDA C or Metal track on the CPU SIMT runtime (``kernel_steps.check_step``): its own
     cases, or the given ones under memcheck + racecheck and a random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from course.grading import measured  # here, not on top: +20 ms to `import course`
+        from course.grading import techniques  # here, not on top: +20 ms to `import course`
         from course.grading import kernel_steps  # here, not on top: +6 ms to `import course` (the launchers)
-        if exercise in measured.SIMT_PROBES:  # lesson 06's tile skipping, measured before the values
-            measured.causal_tiles_simt(exercise, module)
+        techniques.before_values(exercise, module)  # the tiles a causal step skips, as its row declares them
         if cases is None:
             report = kernel_steps.check_step(exercise, module)
         else:
             report = kernel_steps.check_step(exercise, module, checked_cases=list(cases), plain_cases=())
-        measured.simt_step_techniques(exercise, module)  # lessons 04 and 05: the technique, measured
+        techniques.after_values(exercise, module)  # the step's technique, measured as its row declares it
         return report
     return run
 
@@ -107,12 +106,12 @@ def tiled(exercise: str, fn, cases: Iterable[Case] | None, dtype_mix=(torch.floa
     cases = list(cases) if cases is not None else forward_cases(dtype_mix)
     report = check_attention(exercise, fn, cases, with_lse=True, **kernel_options())
     check_explicit_scale(exercise, fn, Case(9, 40, 32, seed=9), 0.3, with_lse=True, **kernel_options())
-    from course.grading import measured  # here, not on top: +20 ms to `import course`
+    from course.grading import techniques  # here, not on top: +20 ms to `import course`
     # The lesson's technique, measured, as the step's row declares it (lesson 05: both products on tl.dot, 16-bit
     # operands; lesson 04: the compiled loop is pipelined). A probe the row keeps from the grader's run of the
     # notebook (the re-check compiles and measures the same file: once per submission, not twice) is skipped there.
     row = table.exercise(exercise)
     if row.technique_probe and (row.probe_under_grader or not autograding()):
-        getattr(measured, row.technique_probe)(exercise, fn)
+        techniques.triton_probe(row.technique_probe)(exercise, fn)
     return report
 

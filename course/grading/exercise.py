@@ -83,7 +83,7 @@ def draw_size(rng, low: int = 1, high: int = 8192) -> int:
 # Some numeric exercises ask for exactly what a course module computes (course.models.roofline, course.models.causal, ...).
 # Each declares which of those functions its answer may call (where the lesson's point is to use them) and
 # which it may not (where the lesson asks for the count or the formula itself). A refused call fails the
-# check with one sentence; course.grading.measured says how it is seen, and that the re-check reads the answer cell
+# check with one sentence; course.grading.model_policy says how it is seen, and that the re-check reads the answer cell
 # as handed in, so an answer cell that switches the notebook's watch off gains nothing.
 
 @dataclass(frozen=True)

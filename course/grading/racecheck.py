@@ -33,7 +33,7 @@ launches inside it:
     written.require({"out": out})
 
 With ``launches=``, each checked launch's record comes back: its accesses and, for the techniques a
-lesson grades by measurement (:mod:`course.grading.measured`), every ``tl.dot`` with its operands' shapes and dtypes.
+lesson grades by measurement (:mod:`course.grading.techniques`), every ``tl.dot`` with its operands' shapes and dtypes.
 
 The checks cost a sorted search per access (NumPy, over the launch's few argument ranges) on top of
 recording its addresses, which the race check needs anyway.

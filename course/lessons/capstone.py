@@ -332,7 +332,8 @@ _BUILTINS = frozenset({"getattr", "setattr", "delattr", "vars", "globals", "loca
 # need no such list: what the cell can name is what it imports, the setup's torch and math, and the builtins.
 _MACHINERY = frozenset({"footprint", "capstone", "exercises", "recording", "answer_process", "recheck",
                         "comparison", "compare_attention", "compare_values", "known_mistakes",
-                        "measured", "Footprint", "watch", "TorchDispatchMode", "TorchFunctionMode", "overrides",
+                        "techniques", "measuring", "causal_tiles", "causal_masks", "matrix_units", "pipelining",
+                        "model_policy", "Footprint", "watch", "TorchDispatchMode", "TorchFunctionMode", "overrides",
                         "library", "utils", "graph", "jit", "ops", "saved_tensors_hooks", "save_on_cpu",
                         "register_hook", "register_prehook", "sys", "modules", "gc", "inspect", "threading",
                         "multiprocessing", "subprocess", "signal", "builtins", "importlib", "ctypes", "course", "os",

@@ -148,11 +148,11 @@ def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
                       Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
                       Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
                       Case(65, 33, 16, causal=False, seed=6)]
-    from course.grading import measured  # here, not on top: +20 ms to `import course`
+    from course.grading import causal_tiles  # here, not on top: +20 ms to `import course`
     # The key tiles each program loads and masks, before the values: the course's probes and two where a bound one
     # key off changes a tile (64 × 32 tiles: the last key a block sees opens a tile, and the first row's last key
     # ends one, or is one short of it).
-    measured.causal_tiles_triton("06.causal_triton", fn, measured.CAUSAL_PROBES + _BOUND_PROBES)
+    causal_tiles.causal_tiles_triton("06.causal_triton", fn, causal_tiles.CAUSAL_PROBES + _BOUND_PROBES)
     report = check_attention("06.causal_triton", fn, cases, with_lse=True, pass_causal=True, **kernel_options())
     check_explicit_scale("06.causal_triton", fn, Case(9, 40, 32, causal=True, seed=9), 0.3, pass_causal=True,
                          with_lse=True, **kernel_options())

@@ -27,11 +27,11 @@ __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 def _backward_simt(exercise: str, kind: str):
     """Lesson 07's backward in CUDA C on the CPU SIMT runtime: memcheck, racecheck, random schedule."""
     def run(module, cases: Iterable[Case] | None = None) -> Report:
-        from course.grading import measured  # here, not on top: +20 ms to `import course`
+        from course.grading import causal_tiles  # here, not on top: +20 ms to `import course`
         from course.tracks import cuda  # here, not on top: +6 ms to `import course`
         launch = cuda.backward_atomic if kind == "atomic" else cuda.backward_split
-        if kind == "split":  # the dQ kernel's key tiles, measured before the values (course.grading.measured)
-            measured.causal_tiles_simt(exercise, module)
+        if kind == "split":  # the dQ kernel's key tiles, measured before the values (course.grading.causal_tiles)
+            causal_tiles.causal_tiles_simt(exercise, module)
         cases = cases or [Case(17, 40, 16, causal=True, seed=1), Case(1, 1, 16),
                           Case(65, 17, 32, causal=True, seed=2), Case(33, 20, 128, kind="peaky", seed=3)]
 
@@ -138,8 +138,8 @@ def _backward_cases() -> list[Case]:
 
 def _backward(exercise: str, fn, cases: Iterable[Case] | None, deterministic: bool = False) -> Report:
     cases = list(cases) if cases is not None else _backward_cases()
-    from course.grading import measured  # here, not on top: +20 ms to `import course`
-    measured.backward_tiles_triton(exercise, fn, split=deterministic)  # tiles skipped; no atomics when split
+    from course.grading import causal_tiles  # here, not on top: +20 ms to `import course`
+    causal_tiles.backward_tiles_triton(exercise, fn, split=deterministic)  # tiles skipped; no atomics when split
     report = check_backward(exercise, fn, cases, **kernel_options())
     if deterministic:
         # Same inputs, same bits: a dQ built without atomics has one summation order.

@@ -38,7 +38,7 @@ from course.errors import CourseError
 from course.paths import REPO
 
 __all__ = ["TRACK_NAMES", "TRACKS", "EXTENSIONS", "GateCall", "GivenKernel", "KernelExercise", "KERNEL_EXERCISES",
-           "GIVEN_KERNELS", "lesson_rows", "exercise", "exercises", "find", "graded_whole", "gate_declaration", "ladder_baseline"]
+           "SimtProbe", "GIVEN_KERNELS", "lesson_rows", "exercise", "exercises", "find", "graded_whole", "gate_declaration", "ladder_baseline"]
 
 TRACK_NAMES = {"triton": "Triton", "cuda": "CUDA C", "metal": "Metal"}  # what a learner reads for each track
 
@@ -64,6 +64,23 @@ class GateCall:
 
 def _call(function: str, args: str, when: str = "always", **kwargs: str) -> GateCall:
     return GateCall(function, tuple(args.split()), tuple(kwargs.items()), when)
+
+
+@dataclass(frozen=True)
+class SimtProbe:
+    """One measurement of a CUDA C or Metal step's technique, as the step declares it (``simt_probes``): the kernel is
+    run on the CPU runtime in counters mode, on these tiles and cases, by :mod:`course.grading.techniques`."""
+    technique: str
+    """``causal_tiles``: the bytes of K the launch loads, against the key tiles its blocks see (measured before the
+    values); ``matrix_units``: the warp-level matrix operations of both products of every key tile;
+    ``double_buffer``: the barriers a block reaches per key tile and the width of its loads of K and V;
+    ``diagonal_masks``: which key tiles go through the element-wise mask."""
+    tiles: tuple[int, int]
+    """(block_m, block_n) of the measured launch (a backward kernel's: the tiles its file #defines)."""
+    cases: tuple[dict[str, Any], ...]
+    """Keyword arguments of ``course.inputs.Case`` (``dtype`` by name: ``fp16``)."""
+    kernel: str = ""
+    """The one kernel of the step whose launches count (lesson 07's ``backward_dq``); empty: every launch."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +148,7 @@ class KernelExercise:
     (``dtype`` by name: ``fp16``), or of lesson 08's ``Fp8Case`` when they name ``kv_heads``. Empty: a 17 x 17
     case at D = 16."""
     technique_probe: str = ""
-    """A function of ``course.grading.measured`` that measures the lesson's technique in the learner's compiled
+    """The probe of :mod:`course.grading.techniques` that measures the lesson's technique in the learner's Triton
     kernel after the answer passes (``matrix_units_triton``: both products on tl.dot)."""
     probe_under_grader: bool = True
     """False: the notebook's check skips the probe under the grader, whose re-check measures the same file."""
@@ -141,6 +158,12 @@ class KernelExercise:
     by dtype, and the attention's by dtype × head dim) or ``fp8`` (the fp8 formats at 16-bit head dims)."""
     gate_calls: tuple[GateCall, ...] = ()
     """The calls the compile gate makes on each of those cases (rows that share a file add theirs in order)."""
+    simt_probes: tuple[SimtProbe, ...] = ()
+    """How the technique of a CUDA C or Metal step is measured, one :class:`SimtProbe` per technique."""
+
+    def simt_probe(self, technique: str) -> SimtProbe | None:
+        """The step's probe of ``technique`` (``causal_tiles``, ...), or None when it declares none."""
+        return next((probe for probe in self.simt_probes if probe.technique == technique), None)
 
     @property
     def name(self) -> str:
@@ -172,7 +195,7 @@ class KernelExercise:
 
 _DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "two_group_tiles", "ladder_tiles", "simt_bench_tiles", "ladder_baseline", "answer_gate_dtype",
                  "answer_gate_target", "bench_call", "smoke_case", "technique_probe", "probe_under_grader",
-                 "gate_cases", "gate_calls")
+                 "gate_cases", "gate_calls", "simt_probes")
 
 
 def _row(lesson, step, track, entry, variant="", shared_file=False, learner_wrapper=False, wraps=(), **options):
@@ -212,6 +235,22 @@ _FORWARD_GATE = dict(gate_cases="forward")
 
 def _smoke(n_q: int, n_k: int, d: int, **more: Any) -> dict[str, Any]:
     return dict(n_q=n_q, n_k=n_k, d=d, **more)
+
+
+def _probe(technique: str, tiles: tuple[int, int], *cases: tuple[int, int, int, int], kernel: str = "",
+           **more: Any) -> SimtProbe:
+    """A probe on cases given as (Nq, Nk, D, seed), each with the keyword arguments ``more`` (``causal``, ``dtype``)."""
+    return SimtProbe(technique, tiles, tuple(dict(n_q=n_q, n_k=n_k, d=d, seed=seed, **more)
+                                             for n_q, n_k, d, seed in cases), kernel)
+
+
+# Causal tile skipping (causal_tiles): each forward probe has exactly one block with tiles to skip (the others see
+# every key tile they load), so extra bytes of K that fit no whole schedule still name that block's tiles; its last
+# case is a shape where a block's bound (first row + BLOCK_M + Nk − Nq) is one past a multiple of BLOCK_N, so a bound
+# one key short is neither the top-left nor the unbounded loop. The split backward's dQ kernel loads K once per key
+# tile it visits, like a causal forward; its last two cases tell a bound one key off from the other wrong bounds
+# (one long loads a tile on 48 × 48, one short misses one on 48 × 65).
+_HALF_CAUSAL = dict(causal=True, dtype="fp16")
 _BACKWARD_GQA = "q4 kv kv q4 lse4 q4"  # lesson 08's backward: 4 query heads over 2 K/V heads
 
 
@@ -252,23 +291,34 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
        technique_probe="pipelining_triton", probe_under_grader=False,
        **_FORWARD_GATE, gate_calls=(_call("pipelined_attention", _Q3),)),
     _c("04", "double_buffer", "double_buffer_attention", layout="double_buffer", tiles=(16, 32), writes_lse=True,
-       d_multiple=4, grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32))),
+       d_multiple=4, grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32)),
+       # Nk = 160 keys: five key tiles of 32 (CUDA C), twenty of 8 (Metal); float32, D a multiple of 4.
+       simt_probes=(_probe("double_buffer", (4, 32), (8, 160, 16, 41)),)),
     _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4,
-       layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8)),
+       layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8),
+       simt_probes=(_probe("double_buffer", (8, 8), (8, 160, 16, 42)),)),
     _t("05", "mma", "tensor_core_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, dtype="fp16", seed=4),
        technique_probe="matrix_units_triton",
        **_FORWARD_GATE, gate_calls=(_call("tensor_core_attention", _Q3),)),
     _c("05", "mma", "wmma_attention", layout="wmma", tiles=(64, 64), writes_lse=True, half_inputs=True,
-       d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64)), simt_bench_tiles=(32, 32)),
+       d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64)), simt_bench_tiles=(32, 32),
+       # non-causal, lengths multiples of the tiles: every block sees every key tile whole
+       simt_probes=(_probe("matrix_units", (32, 16), (64, 48, 16, 57), dtype="fp16"),)),
     _m("05", "mma", "simdgroup_attention", defines=("MAX_HEAD_DIM",), d_multiple=8, half_inputs=True,
-       layout="simdgroup", tile_choices=((32, 32), (16, 32), (16, 16)), grading_tiles=(16, 16)),
+       layout="simdgroup", tile_choices=((32, 32), (16, 32), (16, 16)), grading_tiles=(16, 16),
+       simt_probes=(_probe("causal_tiles", (16, 16), (32, 32, 16, 54), (32, 20, 16, 55), (24, 56, 16, 56),
+                           (32, 49, 16, 58), **_HALF_CAUSAL),
+                    _probe("matrix_units", (16, 16), (32, 48, 16, 58), dtype="fp16"))),
     _t("06", "causal", "causal_attention", bench_call="qkv_causal", smoke_case=_smoke(17, 33, 32, causal=True, seed=5),
        gate_cases="causal",
        gate_calls=(_call("causal_attention", _Q3, "plain", causal="causal"),
                    # lesson 08's operator: (B, H, N, D) queries, K and V with H_kv = H / 2 heads
                    _call("causal_attention_forward", "q4 kv kv causal", "gqa"))),
     _c("06", "causal", "causal_attention", layout="wmma", tiles=(64, 64), writes_lse=True, causal=True,
-       half_inputs=True, d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64))),
+       half_inputs=True, d_multiple=16, grading_tiles=(32, 16), ladder_tiles=((64, 32), (128, 64)),
+       simt_probes=(_probe("causal_tiles", (32, 16), (64, 64, 16, 64), (64, 40, 16, 65), (40, 88, 16, 66),
+                           (48, 65, 16, 67), **_HALF_CAUSAL),
+                    _probe("diagonal_masks", (32, 16), (64, 64, 16, 68), **_HALF_CAUSAL))),
     _t("07", "backward", "attention_backward", variant="atomic", shared_file=True, dq_mode="atomic", backward=True,
        smoke_case=_smoke(17, 17, 16, causal=True, seed=6), gate_cases="causal",
        gate_calls=(_call("attention_backward", "q q q q lse q", "plain", causal="causal", dq_mode="'atomic'"),
@@ -278,11 +328,15 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
        gate_calls=(_call("attention_backward", "q q q q lse q", "plain", causal="causal", dq_mode="'split'"),
                    _call("attention_backward_bhnd", _BACKWARD_GQA, "gqa", causal="causal", dq_mode="'split'"))),
     _c("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", backward=True),
-    _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", backward=True),
+    _c("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", backward=True,
+       simt_probes=(_probe("causal_tiles", (16, 16), (32, 32, 16, 74), (24, 56, 16, 75), (48, 48, 16, 78),
+                           (48, 65, 16, 79), kernel="backward_dq", causal=True),)),
     _m("07", "backward", "backward_delta backward_dkdv_dq_atomic", variant="atomic", defines=_BACKWARD_DEFINES,
        backward=True),
     _m("07", "backward", "backward_delta backward_dkdv backward_dq", variant="split", defines=_BACKWARD_DEFINES,
-       backward=True),
+       backward=True,
+       simt_probes=(_probe("causal_tiles", (8, 16), (24, 24, 16, 76), (24, 56, 16, 77), (48, 48, 16, 78),
+                           (48, 65, 16, 79), kernel="backward_dq", causal=True),)),
     _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
        smoke_case=_smoke(17, 17, 16, batch=(1, 2), causal=True, seed=8),
        wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py", "kernels/triton/08_backward.py")),
@@ -331,6 +385,9 @@ def _declared_row(lesson: str, declared: dict[str, Any], where: str) -> KernelEx
             fields[name] = tuple(fields[name])
     if "ladder_tiles" in fields:
         fields["ladder_tiles"] = tuple(tuple(tiles) for tiles in fields["ladder_tiles"])
+    if "simt_probes" in fields:  # {"technique": ..., "tiles": (block_m, block_n), "cases": ({Case keywords}, ...)}
+        fields["simt_probes"] = tuple(SimtProbe(probe["technique"], tuple(probe["tiles"]), tuple(probe["cases"]),
+                                                probe.get("kernel", "")) for probe in fields["simt_probes"])
     if calls:
         fields["gate_calls"] = calls
     return _row(lesson, step, track, tuple(entry.split()), variant, shared_file, learner_wrapper, wraps, **fields)

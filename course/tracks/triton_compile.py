@@ -1,6 +1,6 @@
 """The Triton track's real compiler, on a machine without a GPU: what the compile gate
 (``python -m course.tools.triton_gate``) and the checks of learners' kernels (:mod:`course.tracks.triton_answer`,
-:mod:`course.grading.measured`) compile with.
+:mod:`course.grading.pipelining`) compile with.
 
 The CPU tier runs every Triton kernel in Triton's interpreter, which executes the kernel body as
 numpy code. That proves the arithmetic, but not that the kernel *compiles*: the interpreter

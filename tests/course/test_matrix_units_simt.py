@@ -1,4 +1,4 @@
-"""Lesson 05's technique on the CUDA C and Metal tracks, measured (course.grading.measured.matrix_units_simt): both
+"""Lesson 05's technique on the CUDA C and Metal tracks, measured (course.grading.matrix_units.matrix_units_simt): both
 products of every key tile go through matrix operations, on 16-bit operands.
 
 The CPU runtime's counters mode counts every wmma::mma_sync and simdgroup_multiply_accumulate a launch
@@ -15,7 +15,7 @@ import torch
 import course
 from autograder.corpora.wrong import apply_edits
 from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
-from course.grading import measured
+from course.grading import matrix_units, measuring
 from course.errors import CheckFailed
 from course.kernels import kernel_path, read_source
 from course.simt import RawModule
@@ -41,10 +41,10 @@ def _line(source: str, text: str) -> int:
 def test_the_course_kernels_run_exactly_what_the_two_products_need():
     for exercise, path in (("05.mma_cuda", "kernels/cuda/05_mma.cu"), ("05.mma_metal", "kernels/metal/05_mma.metal")):
         module = RawModule(path=kernel_path(path))
-        measured.matrix_units_simt(exercise, module)
-        probe = measured.MATRIX_PROBES[exercise]
-        ops = measured._matrix_ops(measured._simt_forward(exercise, module, probe.block_m, probe.block_n), probe.case)
-        m, n, k = probe.shape
+        matrix_units.matrix_units_simt(exercise, module)
+        probe = measuring.step_probe(exercise, "matrix_units")
+        ops = matrix_units._matrix_ops(measuring.simt_forward(exercise, module, probe.block_m, probe.block_n), probe.case)
+        m, n, k = matrix_units._MATRIX_UNITS[module.language].shape
         case = probe.case
         assert {(op.m, op.n, op.k, op.a, op.b, op.d) for op in ops} == {(m, n, k, "fp16", "fp16", "fp32")}
         assert len(ops) == 2, ops  # one call site per product
@@ -55,7 +55,7 @@ def test_a_scalar_p_v_loop_gets_the_right_numbers_and_fails_the_count():
     wrong = next(w for w in WRONG_CUDA_KERNELS if w.id == "05.mma_cuda:pv-scalar-loop")
     module = wrong.module()
     with pytest.raises(CheckFailed) as info:
-        measured.matrix_units_simt("05.mma_cuda", module)
+        matrix_units.matrix_units_simt("05.mma_cuda", module)
     line = _line(wrong.source(), "wmma::mma_sync(s, a, b, s);")
     assert str(info.value) == (
         f"05.mma_cuda: on Nq=64, Nk=48, D=16 (normal, float16, seed=57), with 32 × 16 tiles, your kernel ran 12 "
@@ -74,7 +74,7 @@ def test_float_operands_are_counted_and_named():
     source = apply_edits(read_source("kernels/metal/05_mma.metal"), Q_IN_FLOAT, "q-in-float")
     module = RawModule(code=source, language="metal", name="05_mma.metal")
     with pytest.raises(CheckFailed) as info:
-        measured.matrix_units_simt("05.mma_metal", module)
+        matrix_units.matrix_units_simt("05.mma_metal", module)
     line = _line(source, "simdgroup_multiply_accumulate(s, q_frag[b], k_t, s);")
     assert re.search(rf"ran 96 matrix operations, but only 48 on 16-bit operands where the two products of the 6 key "
                      rf"tiles its blocks visit need at least 96 .*: 48 multiplied fp32 by fp16 matrices, all at line "
@@ -83,8 +83,8 @@ def test_float_operands_are_counted_and_named():
 
 def test_what_the_tiles_need_follows_the_shape_and_the_instruction():
     # 64 x 48 keys in 32 x 16 tiles: 2 blocks x 3 key tiles, 32 * 16 * 16 multiply-adds a product per tile.
-    assert measured._needed(64, 48, 16, 32, 16, 16 * 16 * 16) == (6, 12)
-    assert measured._needed(64, 48, 16, 32, 16, 8 * 8 * 8) == (6, 96)
+    assert matrix_units._needed(64, 48, 16, 32, 16, 16 * 16 * 16) == (6, 12)
+    assert matrix_units._needed(64, 48, 16, 32, 16, 8 * 8 * 8) == (6, 96)
     # Ragged edges count only the rows and keys that exist: 17 rows see keys 0-15 (17 * 16 * 16 multiply-adds,
     # more than one instruction's 4,096) and keys 16-19 (one instruction).
-    assert measured._needed(17, 20, 16, 32, 16, 16 * 16 * 16) == (2, 3)
+    assert matrix_units._needed(17, 20, 16, 32, 16, 16 * 16 * 16) == (2, 3)

@@ -23,7 +23,7 @@ from autograder.corpora.hostile import make_submission
 from course import exercises
 from course.errors import CheckFailed
 from course.exercises import DRAWS, EXERCISES, MODEL_POLICY
-from course.grading.measured import model_function, model_references
+from course.grading.model_policy import model_function, model_references
 from course.grading.recording import Replay
 
 # The cheating corpus's answers rewritten around the refused course function, one per exercise: right on every

@@ -1,7 +1,7 @@
 """Counters mode counts the warp-level matrix products of a launch (``LaunchCounters.matrix_ops``): one per warp
 per wmma::mma_sync or simdgroup_multiply[_accumulate], by shape and by the element type of each operand.
 
-Lesson 05's check (course.grading.measured.matrix_units_simt) reads these counts to tell a kernel whose two products
+Lesson 05's check (course.grading.matrix_units.matrix_units_simt) reads these counts to tell a kernel whose two products
 run on the matrix units from one that computes them with scalar loops and gets the same numbers.
 """
 from __future__ import annotations

@@ -171,7 +171,7 @@ def test_every_wrong_kernel_fails_the_check(wrong):
     fn = functools.partial(BACKWARD[wrong.kind], module, **GRADING_LAUNCH)
     with pytest.raises(CheckFailed) as failure:
         if wrong.measured:  # the mistake shows in what the kernel loads, measured first as course.check does
-            from course.grading.measured import causal_tiles_simt
+            from course.grading.causal_tiles import causal_tiles_simt
             causal_tiles_simt(EXERCISE[wrong.kind], module)
         if wrong.kind == "split":  # a failure of backward_dq is explained as course.check explains it
             explain_split_dq(EXERCISE[wrong.kind], module, lambda: check_backward(EXERCISE[wrong.kind], fn, WRONG_CASES))

@@ -1,5 +1,5 @@
 """Lesson 04's Triton pipeline, read off the compiled kernel, and lesson 06's "mask only the diagonal tiles",
-measured on the interpreter (Triton) and on the CPU runtime (CUDA C) (course.grading.measured).
+measured on the interpreter (Triton) and on the CPU runtime (CUDA C) (course.grading.pipelining, course.grading.causal_masks).
 
 The course's kernels pass; a kernel whose loop the compiler cannot pipeline, and one that runs every visited key
 tile through the mask, have right numbers and fail with the sentence the learner reads. The wrong-answer corpora
@@ -12,7 +12,7 @@ import pytest
 
 from autograder.corpora.wrong import apply_edits
 from course import Case
-from course.grading import measured
+from course.grading import causal_masks, causal_tiles, measuring, pipelining
 from course.errors import CheckFailed
 from course.kernels import kernel_path
 from course.tracks import triton as triton_track
@@ -39,16 +39,16 @@ def test_the_course_kernel_pipelines_and_a_while_loop_does_not(tmp_path):
     """Compiled for sm_90: the course's loop copies K and V with the TMA unit, ahead of their use (a prologue
     before the loop); the same body in a while loop loads and waits inside each iteration."""
     row = triton_track.step("04.double_buffer_triton")
-    honest = measured._compiled_loops(str(kernel_path(row.kernel_file)), "04_double_buffer")
+    honest = pipelining._compiled_loops(str(kernel_path(row.kernel_file)), "04_double_buffer")
     (kernel,) = honest["kernels"]
     (loop,) = kernel["loops"]
     assert loop["kind"] == "scf.for" and len(loop["loads"]) == 2
     assert all(load["pipelined"] and load["op"] == "ttng.async_tma_copy_global_to_local" for load in loop["loads"])
-    measured.pipelining_triton("04.double_buffer_triton", _triton("04.double_buffer_triton", None))
+    pipelining.pipelining_triton("04.double_buffer_triton", _triton("04.double_buffer_triton", None))
 
     lazy = _triton("04.double_buffer_triton", tmp_path, _WHILE)
     with pytest.raises(CheckFailed) as info:
-        measured.pipelining_triton("04.double_buffer_triton", lazy)
+        pipelining.pipelining_triton("04.double_buffer_triton", lazy)
     message = str(info.value)
     assert message.startswith(
         "04.double_buffer_triton: compiled for sm_90 (an H100) as a check launches it (float16, D = 64, 64 × 32 "
@@ -68,17 +68,17 @@ def test_the_masked_tiles_of_each_program_are_read_off_its_selects(tmp_path):
     found = {}
     for name, fn in (("course", _triton("06.causal_triton", None)),
                      ("lazy", _triton("06.causal_triton", tmp_path, _MASK_EVERY_TILE))):
-        launches, fault = measured._run_recorded(fn, (q, k, v), dict(causal=True), selects=True)
+        launches, fault = measuring.run_recorded(fn, (q, k, v), dict(causal=True), selects=True)
         assert fault is None
-        found[name] = {program[0]: tiles for program, tiles in measured.masked_tiles(launches[0]).items()}
+        found[name] = {program[0]: tiles for program, tiles in causal_masks.masked_tiles(launches[0]).items()}
     assert found["course"] == {0: {0, 1}, 1: {2, 3}, 2: {4}}
     assert found["lazy"] == {0: {0, 1}, 1: {0, 1, 2, 3}, 2: {0, 1, 2, 3, 4}}
 
 
 def test_a_kernel_that_masks_every_visited_tile_is_told_which_tiles_needed_no_mask(tmp_path):
-    measured.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", None))
+    causal_tiles.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", None))
     with pytest.raises(CheckFailed) as info:
-        measured.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", tmp_path, _MASK_EVERY_TILE))
+        causal_tiles.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", tmp_path, _MASK_EVERY_TILE))
     assert str(info.value) == (
         "06.causal_triton: on Nq=150, Nk=150, D=16 (normal, causal, float32, seed=61), with 64 × 32 tiles, the "
         "program for query tile 1 (rows 64–127) masked 4 key tiles, of which only 2 cross the diagonal: key tiles "
@@ -102,8 +102,8 @@ def test_the_lazy_triton_kernels_have_right_numbers_and_fail_only_their_measurem
         course.check("04.double_buffer_triton", single_stage)
     with pytest.raises(CheckFailed, match="of which only 2 cross the diagonal"):
         course.check("06.causal_triton", masks_every_tile)
-    monkeypatch.setattr(measured, "pipelining_triton", lambda exercise, fn: None)
-    monkeypatch.setattr(measured, "_mask_problem", lambda exercise, case, launch, wrong_rows=(): None)
+    monkeypatch.setattr(pipelining, "pipelining_triton", lambda exercise, fn: None)
+    monkeypatch.setattr(causal_masks, "mask_problem", lambda exercise, case, launch, wrong_rows=(): None)
     course.check("04.double_buffer_triton", single_stage)
     course.check("06.causal_triton", masks_every_tile)
 
@@ -113,14 +113,14 @@ def test_a_cuda_kernel_that_masks_every_visited_tile_has_right_numbers_and_fails
 
     from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
     from course.simt import RawModule
-    measured.diagonal_masks_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu")))
-    assert measured.masked_tiles_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu"))) == {
+    causal_masks.diagonal_masks_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu")))
+    assert causal_masks.masked_tiles_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu"))) == {
         0: {0, 1}, 1: {2, 3}}
     wrong = next(w for w in WRONG_CUDA_KERNELS if w.id == "06.causal_cuda:masks-every-tile")
     replace(wrong, measured=False).grade()  # right numbers, no race, nothing out of bounds
-    assert measured.masked_tiles_simt("06.causal_cuda", wrong.module()) == {0: {0, 1}, 1: {0, 1, 2, 3}}
+    assert causal_masks.masked_tiles_simt("06.causal_cuda", wrong.module()) == {0: {0, 1}, 1: {0, 1, 2, 3}}
     with pytest.raises(CheckFailed) as info:
-        measured.diagonal_masks_simt("06.causal_cuda", wrong.module())
+        causal_masks.diagonal_masks_simt("06.causal_cuda", wrong.module())
     assert str(info.value) == (
         "06.causal_cuda: on Nq=64, Nk=64, D=16 (causal, float16; Q = K = 0 and V marking each key's tile), with "
         "32 × 16 tiles, the block for query rows 32–63 masked 4 key tiles, of which only 2 cross the diagonal: key "

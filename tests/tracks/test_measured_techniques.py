@@ -1,4 +1,4 @@
-"""Techniques graded by measurement (course.grading.measured): a right answer that skips the lesson's technique fails.
+"""Techniques graded by measurement (course.grading.techniques): a right answer that skips the lesson's technique fails.
 
 The course's own kernels pass every measurement; kernels with the right numbers and the technique missing
 (a causal loop over every key tile, a product off tl.dot, atomics in the split backward) fail with a
@@ -15,11 +15,12 @@ import torch
 
 from autograder.corpora.wrong import apply_edits
 from course import Case
-from course.grading import measured
-from course.errors import CheckFailed
+from course.grading import causal_tiles, matrix_units, measuring, pipelining, techniques
+from course.errors import CheckFailed, CourseError
 from course.kernels import kernel_path
 from course.grading.racecheck import OutOfBounds, interpreter_checks
 from course.simt import RawModule
+from course.tracks import table
 from course.tracks import triton as triton_track
 
 pytestmark = pytest.mark.cpu_tier("measurements run on the interpreter and the CPU runtime, which see single loads")
@@ -41,20 +42,20 @@ LAZY_06 = (("hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal, 0)",
 
 
 def test_the_course_kernels_pass_every_measurement():
-    measured.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", None))
-    measured.matrix_units_triton("05.mma_triton", _triton("05.mma_triton", None))
-    measured.backward_tiles_triton("07.backward_atomic_triton", _triton("07.backward_atomic_triton", None), split=False)
-    measured.backward_tiles_triton("07.backward_split_triton", _triton("07.backward_split_triton", None), split=True)
-    measured.causal_tiles_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu")))
-    measured.causal_tiles_simt("05.mma_metal", RawModule(path=kernel_path("kernels/metal/05_mma.metal")))
-    measured.causal_tiles_simt("07.backward_split_cuda", RawModule(path=kernel_path("kernels/cuda/07_backward_split.cu")))
-    measured.causal_tiles_simt("07.backward_split_metal",
+    causal_tiles.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", None))
+    matrix_units.matrix_units_triton("05.mma_triton", _triton("05.mma_triton", None))
+    causal_tiles.backward_tiles_triton("07.backward_atomic_triton", _triton("07.backward_atomic_triton", None), split=False)
+    causal_tiles.backward_tiles_triton("07.backward_split_triton", _triton("07.backward_split_triton", None), split=True)
+    causal_tiles.causal_tiles_simt("06.causal_cuda", RawModule(path=kernel_path("kernels/cuda/06_causal.cu")))
+    causal_tiles.causal_tiles_simt("05.mma_metal", RawModule(path=kernel_path("kernels/metal/05_mma.metal")))
+    causal_tiles.causal_tiles_simt("07.backward_split_cuda", RawModule(path=kernel_path("kernels/cuda/07_backward_split.cu")))
+    causal_tiles.causal_tiles_simt("07.backward_split_metal",
                                RawModule(path=kernel_path("kernels/metal/07_backward_split.metal")))
 
 
 def test_a_kernel_that_visits_every_tile_is_told_which_tiles_it_should_have_skipped(tmp_path):
     with pytest.raises(CheckFailed) as info:
-        measured.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", tmp_path, LAZY_06))
+        causal_tiles.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", tmp_path, LAZY_06))
     assert str(info.value) == (
         "06.causal_triton: on Nq=150, Nk=150, D=16 (normal, causal, float32, seed=61), with 64 × 32 tiles, the "
         "program for query rows 0–63 loaded key tiles 2–4 (keys 64–149), which lie wholly in the future: none of "
@@ -71,15 +72,15 @@ def test_the_measurement_reads_the_tiles_each_program_loaded(tmp_path):
     with interpreter_checks(launches=launches):
         fn(q, k, v, causal=True)
     (launch,) = launches
-    rows = measured._rows_loaded(launch, "k_ptr")
+    rows = measuring.rows_loaded(launch, "k_ptr")
     assert sorted(rows) == [(0, 0, 0), (1, 0, 0)] and all(found == set(range(70)) for found in rows.values())
-    visits = measured._visits(launch, "query", "k_ptr")
+    visits = causal_tiles._visits(launch, "query", "k_ptr")
     assert (visits.block_m, visits.block_n) == (64, 32) and visits.loaded == {0: {0, 1, 2}, 1: {0, 1, 2}}
     # The honest kernel: program 0 (rows 0-63 see keys up to 33) stops after tile 1.
     launches.clear()
     with interpreter_checks(launches=launches):
         _triton("06.causal_triton", None)(q, k, v, causal=True)
-    assert measured._visits(launches[0], "query", "k_ptr").loaded == {0: {0, 1}, 1: {0, 1, 2}}
+    assert causal_tiles._visits(launches[0], "query", "k_ptr").loaded == {0: {0, 1}, 1: {0, 1, 2}}
 
 
 def test_on_the_gpu_tier_the_measurement_runs_an_interpreted_copy(tmp_path, monkeypatch):
@@ -87,17 +88,17 @@ def test_on_the_gpu_tier_the_measurement_runs_an_interpreted_copy(tmp_path, monk
     from course import tiers
     lazy = _triton("06.causal_triton", tmp_path, LAZY_06)
     monkeypatch.setattr(tiers, "triton_interpreted", lambda: False)
-    copy = measured.interpreted(lazy)
+    copy = measuring.interpreted(lazy)
     assert copy is not lazy and copy.__module__.startswith("course_interpreted.")
     with pytest.raises(CheckFailed, match="wholly in the future"):
-        measured.causal_tiles_triton("06.causal_triton", lazy)
-    measured.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", None))
+        causal_tiles.causal_tiles_triton("06.causal_triton", lazy)
+    causal_tiles.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", None))
 
 
 def test_a_bound_past_the_end_is_a_loop_bound_not_a_missing_mask(tmp_path):
     edits = (("lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N", "lo = hi"),)
     with pytest.raises(CheckFailed) as info:
-        measured.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", tmp_path, edits))
+        causal_tiles.causal_tiles_triton("06.causal_triton", _triton("06.causal_triton", tmp_path, edits))
     message = str(info.value)
     assert "the program for query rows 128–149 loaded keys 150–159 of K, past its end (Nk = 150)" in message
     assert "Masking that load is not the fix" in message and "Mask the load" not in message
@@ -121,7 +122,7 @@ def test_a_product_off_tl_dot_is_caught_where_it_compiles(tmp_path):
     fn = _triton("05.mma_triton", tmp_path, (("s = tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale",
                                               "s = tl.sum(q[:, :, None] * kT[None, :, :], axis=1) * qk_scale"),))
     with pytest.raises(CheckFailed) as info:
-        measured.matrix_units_triton("05.mma_triton", fn)
+        matrix_units.matrix_units_triton("05.mma_triton", fn)
     assert re.search(r"query rows 0–39 loaded 2 key tiles but made 0 tl\.dot calls for S = Q Kᵀ", str(info.value))
 
 
@@ -141,7 +142,7 @@ def test_a_cuda_kernel_that_loads_future_tiles_is_named_by_its_bytes():
     lazy = source.replace("    if (causal) kv_end = max(0, min(n_k, row0 + block_m + offset));\n", "")
     assert lazy != source
     with pytest.raises(CheckFailed) as info:
-        measured.causal_tiles_simt("06.causal_cuda", RawModule(code=lazy, name="06_causal.cu"))
+        causal_tiles.causal_tiles_simt("06.causal_cuda", RawModule(code=lazy, name="06_causal.cu"))
     assert "loaded 4,096 bytes of K where the key tiles its blocks see hold 3,072: the block for query rows 0–31 " \
            "loaded key tiles 2–3 (keys 32–63)" in str(info.value)
 
@@ -149,13 +150,13 @@ def test_a_cuda_kernel_that_loads_future_tiles_is_named_by_its_bytes():
 def _pipeline_entries():
     from autograder.corpora.wrong.cuda import WRONG_CUDA_KERNELS
     from autograder.corpora.wrong.metal import WRONG_METAL_KERNELS
-    return [w for w in WRONG_CUDA_KERNELS + WRONG_METAL_KERNELS if w.exercise in measured.PIPELINE_PROBES and w.measured]
+    return [w for w in WRONG_CUDA_KERNELS + WRONG_METAL_KERNELS if w.exercise in measuring.step_probes("double_buffer") and w.measured]
 
 
 def test_the_course_double_buffer_kernels_pass_the_pipeline_measurement():
     for exercise, path in (("04.double_buffer_cuda", "kernels/cuda/04_double_buffer.cu"),
                            ("04.double_buffer_metal", "kernels/metal/04_double_buffer.metal")):
-        measured.double_buffer_simt(exercise, RawModule(path=kernel_path(path)))
+        pipelining.double_buffer_simt(exercise, RawModule(path=kernel_path(path)))
 
 
 @pytest.mark.parametrize("wrong", _pipeline_entries(), ids=lambda w: w.id)
@@ -165,16 +166,16 @@ def test_a_single_buffered_or_scalar_load_kernel_has_right_numbers_and_fails_onl
     from dataclasses import replace
     replace(wrong, measured=False).grade()  # right numbers, no race, nothing out of bounds
     with pytest.raises(CheckFailed, match=wrong.expect):
-        measured.double_buffer_simt(wrong.exercise, wrong.module())
+        pipelining.double_buffer_simt(wrong.exercise, wrong.module())
 
 
 def test_simt_probes_tell_the_schedules_apart():
     """Every forward probe has one block with tiles to skip; no probe's unbounded loop loads as many bytes as the
     right one, and a top-left bound differs on at least one probe of each exercise."""
-    for exercise, probe in measured.SIMT_PROBES.items():
+    for exercise, probe in measuring.step_probes("causal_tiles").items():
         top_left_seen = False
         for case in probe.cases:
-            schedules = measured._schedules(case.n_q, case.n_k, probe.block_m, probe.block_n)
+            schedules = causal_tiles._schedules(case.n_q, case.n_k, probe.block_m, probe.block_n)
             right = schedules["bottom_right"]
             skipping = sum(len(t) < -(-case.n_k // probe.block_n) for t in right.values())
             assert skipping == 1 if not probe.kernel else skipping >= 1, (exercise, case)
@@ -201,8 +202,28 @@ def test_the_measurement_runs_under_the_gpus_device_rules(tmp_path):
     from course.device_guard import gpu_device_rules
     lazy = _triton("06.causal_triton", tmp_path, LAZY_06)
     with gpu_device_rules(), pytest.raises(CheckFailed, match="wholly in the future"):
-        measured.causal_tiles_triton("06.causal_triton", lazy)
+        causal_tiles.causal_tiles_triton("06.causal_triton", lazy)
     split_to_the_end = _triton("07.backward_split_triton", tmp_path, (
         ("end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)", "end_n = n_k"),))
     with gpu_device_rules(), pytest.raises(CheckFailed, match="wholly in the future"):
-        measured.backward_tiles_triton("07.backward_split_triton", split_to_the_end, split=True)
+        causal_tiles.backward_tiles_triton("07.backward_split_triton", split_to_the_end, split=True)
+
+
+def test_every_declared_probe_names_a_measurement_of_its_track():
+    """The steps declare their probes on their rows (simt_probes, technique_probe); each names a measurement that
+    exists, for a track that has it, and a name that is none is a sentence."""
+    declared = 0
+    for row in table.KERNEL_EXERCISES:
+        for probe in row.simt_probes:
+            assert row.track in ("cuda", "metal"), row.id
+            assert techniques.simt_probe(probe.technique) is not None
+            assert measuring.step_probe(row.id, probe.technique).cases, row.id
+            declared += 1
+        if row.technique_probe:
+            assert row.track == "triton", row.id
+            assert techniques.triton_probe(row.technique_probe) is not None
+    assert declared == 9
+    with pytest.raises(CourseError, match="no technique 'tiles'"):
+        techniques.simt_probe("tiles")
+    with pytest.raises(CourseError, match="03.tiled_cuda declares no causal_tiles probe"):
+        measuring.step_probe("03.tiled_cuda", "causal_tiles")

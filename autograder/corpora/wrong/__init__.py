@@ -103,7 +103,7 @@ class WrongKernel:
     hint: "str | None | Undeclared" = UNDECLARED
     measured: bool = False
     """The mistake leaves the numbers right and shows only in what the kernel loads or which instructions it
-    runs (course.grading.measured): ``grade()`` measures first, as ``course.check`` does for that exercise."""
+    runs (course.grading.techniques): ``grade()`` measures first, as ``course.check`` does for that exercise."""
 
     language = "cuda"
 

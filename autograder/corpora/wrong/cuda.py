@@ -34,10 +34,9 @@ class WrongCudaKernel(WrongKernel):
 
         module = self.module()
         if self.measured:
-            from course.grading import measured
-            if self.exercise in measured.SIMT_PROBES:
-                measured.causal_tiles_simt(self.exercise, module)
-            measured.simt_step_techniques(self.exercise, module)
+            from course.grading import techniques
+            techniques.before_values(self.exercise, module)
+            techniques.after_values(self.exercise, module)
         checked, plain = grading_cases(self.exercise)
         if not self.checked:  # the plain launch with the grading tiles and with the default tiles
             return check_step(self.exercise, module, checked_cases=(), plain_cases=checked + plain,
@@ -113,7 +112,7 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
     _W("04.double_buffer_cuda", "tile-tail-unguarded", "copies a whole tile even when it runs past the last key",
        (("        if (key < n_k) {\n            kv =", "        {\n            kv ="),),
        expect="out-of-bounds read of `k`", checked=True, hint=None),
-    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.grading.measured).
+    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.grading.pipelining).
     _W("04.double_buffer_cuda", "single-buffer", "loads each tile into the one buffer it then reads: two barriers a tile",
        (("    load_tile(k_bufs, v_bufs, k, v, 0, n_k, d, block_n);\n    __syncthreads();  // Q and tile 0 are complete\n",
          ""),
@@ -150,7 +149,7 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
        hint="padding keys of the last block count"),
     _W("05.mma_cuda", "sum-not-rescaled", "rescales the accumulator but not the row sum l",
        (("l = l * alpha + sum;", "l = l + sum;"),), hint="l is not rescaled"),
-    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.grading.measured).
+    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.grading.matrix_units).
     _W("05.mma_cuda", "pv-scalar-loop", "adds P V to the spilled accumulator with a loop of multiply-adds while "
        "scaling it, and drops the wmma product of P and V",
        (("        for (int c = half_id; c < d; c += 2) o_row[c] *= alpha;\n",
@@ -185,7 +184,7 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
        hint="aligned top-left"),
     _W("06.causal_cuda", "stops-before-diagonal", "ends the tile loop at the block's first row's last key",
        (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + 1 + offset)"),), hint=None),
-    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.grading.measured).
+    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.grading.causal_tiles).
     _W("06.causal_cuda", "visits-every-tile", "leaves kv_end at n_k, visiting every key tile and masking the future",
        (("    if (causal) kv_end = max(0, min(n_k, row0 + block_m + offset));\n", ""),),
        expect=r"query rows 0–31 loaded key tiles 2–3 \(keys 32–63\), which lie wholly in the future", hint=None,
@@ -194,7 +193,7 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
        (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + block_m)"),), expect="wholly in the future|never loaded",
        hint="aligned top-left", measured=True),
     # Right numbers, future tiles skipped, but the element-wise mask on every visited tile: measured by running the
-    # softmax with the mask's offset moved away after the given `diagonal` flag (course.grading.measured).
+    # softmax with the mask's offset moved away after the given `diagonal` flag (course.grading.causal_masks).
     _W("06.causal_cuda", "masks-every-tile", "applies the element-wise mask on every visited tile, not only where "
        "the given `diagonal` flag holds",
        (("const int visible = diagonal ? min(keys, row + offset - j0 + 1) : keys;",
@@ -205,7 +204,7 @@ WRONG_CUDA_KERNELS: list[WrongCudaKernel] = [
     _W("06.causal_cuda", "only-last-tile-masked", "masks only the last tile, though the diagonal crosses several",
        (("const bool diagonal = causal && j0 + block_n - 1 > row0 + offset;",
          "const bool diagonal = causal && t == n_tiles - 1;"),), hint=None),
-    # kv_end one key off at either end: named from the bytes of K on every probe (course.grading.measured).
+    # kv_end one key off at either end: named from the bytes of K on every probe (course.grading.causal_tiles).
     _W("06.causal_cuda", "kv-end-one-short", "ends the tile loop at the last key the block's last row sees, not one "
        "past it",
        (("min(n_k, row0 + block_m + offset)", "min(n_k, row0 + block_m + offset - 1)"),),

@@ -5,7 +5,7 @@ from autograder.corpora.wrong.track_entries import kernel_answers
 _A = "05_matrix_units"
 
 # Mistakes per track from the kernel-file corpora, each also tested there against the file. pv-scalar-loop has
-# the right numbers: only the count of matrix operations (course.grading.measured.matrix_units_simt) catches it;
+# the right numbers: only the count of matrix operations (course.grading.matrix_units.matrix_units_simt) catches it;
 # Metal's kv-end-one-short has them too but where a block's bound opens a tile, named from the tiles it loads.
 _KERNEL_ENTRIES = {
     "triton": ("05.mma_triton", ("missing-rescale", "pv-in-float32", "log2e-twice")),

@@ -40,10 +40,9 @@ class WrongMetalKernel(WrongKernel):
 
         module = module or self.module()
         if self.measured:
-            from course.grading import measured
-            if self.exercise in measured.SIMT_PROBES:
-                measured.causal_tiles_simt(self.exercise, module)
-            measured.simt_step_techniques(self.exercise, module)
+            from course.grading import techniques
+            techniques.before_values(self.exercise, module)
+            techniques.after_values(self.exercise, module)
         small, _ = grading_cases(self.exercise)  # one thread per row (01, 02): CUDA's lesson-01 launch and cases
         if self.checked:
             run = lambda: check_step(self.exercise, module, plain_cases=())  # noqa: E731  (the default checked cases)
@@ -136,7 +135,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        expect=r"misaligned float4 read", hint=None),
     _W("04.double_buffer_metal", "missing-rescale", "rescales l but not the float4 accumulator when the max grows",
        (("        for (uint c4 = 0; c4 < d4; ++c4) acc[c4] *= correction;\n", ""),), hint="acc is not rescaled"),
-    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.grading.measured).
+    # Right numbers, the lesson's point missing: measured in the barriers and load widths (course.grading.pipelining).
     _W("04.double_buffer_metal", "single-buffer", "loads each tile into the one buffer it then reads: two barriers a tile",
        (("    if (n_tiles > 0) load_tile(k_tiles, v_tiles, kh, vh, 0, block_n, n_k, d4, tid, block_m);\n", ""),
         ("        if (t + 1 < n_tiles) {\n            load_tile(k_tiles + (cur ^ 1) * buffer_size, v_tiles + (cur ^ 1) * "
@@ -207,7 +206,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        "sees, dropping keys the later rows of the threadgroup see",
        (("if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));",
          "if (causal) kv_end = uint(clamp(int(row0 + 1) + offset, 0, int(n_k)));"),), hint=None),
-    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.grading.measured).
+    # Right numbers, the lesson's point missing: measured in the bytes of K the launch loads (course.grading.causal_tiles).
     _W("05.mma_metal", "visits-every-tile", "leaves kv_end at n_k, visiting every key tile and masking the future",
        (("    if (causal) kv_end = uint(clamp(int(row0 + block_m) + offset, 0, int(n_k)));\n", ""),),
        expect=r"query rows 0–15 loaded key tile 1 \(keys 16–31\), which lies wholly in the future", hint=None,
@@ -215,7 +214,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
     _W("05.mma_metal", "tile-range-top-left", "ends the tile loop at the threadgroup's last row, top-left aligned",
        (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m), 0, int(n_k))"),),
        expect="wholly in the future|never loaded", hint="aligned top-left", measured=True),
-    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.grading.measured).
+    # Right numbers, the lesson's point missing: measured in the matrix operations the launch runs (course.grading.matrix_units).
     _W("05.mma_metal", "pv-scalar-loop", "adds P V to the spilled accumulator with a loop of multiply-adds while "
        "scaling it, and drops the simdgroup product of P and V",
        (("        for (uint c = phase; c < d; c += 4) o_row[c] *= correction;\n",
@@ -237,7 +236,7 @@ WRONG_METAL_KERNELS: list[WrongMetalKernel] = [
        expect=r"your kernel ran 48 matrix operations \(simdgroup_multiply_accumulate, all at line \d+ of "
               r"05_mma\.metal\) where the two products of the 6 key tiles its blocks visit need at least 96 .*one "
               r"product's worth", hint=None, measured=True),
-    # kv_end one key off at either end: named from the bytes of K on every probe (course.grading.measured).
+    # kv_end one key off at either end: named from the bytes of K on every probe (course.grading.causal_tiles).
     _W("05.mma_metal", "kv-end-one-short", "ends the tile loop at the last key the threadgroup's last row sees, "
        "not one past it",
        (("clamp(int(row0 + block_m) + offset, 0, int(n_k))", "clamp(int(row0 + block_m) + offset - 1, 0, int(n_k))"),),

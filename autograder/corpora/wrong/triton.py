@@ -115,7 +115,7 @@ WRONG_KERNELS: list[WrongKernel] = [
        (("lse = (m + tl.log2(l)) * 0.6931471805599453", "lse = m + tl.log2(l)"),), expect="wrong LSE",
        hint="base-2 units"),
     # Right numbers, the lesson's technique missing: the compiled loop (sm_90, the check's configuration) is read
-    # for Triton's software pipeline and the TMA copies of descriptor loads (course.grading.measured.pipelining_triton).
+    # for Triton's software pipeline and the TMA copies of descriptor loads (course.grading.pipelining.pipelining_triton).
     _W("04.double_buffer_triton", "single-stage", "turns the pipeline off with tl.range(..., num_stages=1), so each "
        "K/V tile is loaded and waited for inside its own iteration",
        (("for start_n in tl.range(0, N_CTX_K, BLOCK_N):", "for start_n in tl.range(0, N_CTX_K, BLOCK_N, num_stages=1):"),),
@@ -140,7 +140,7 @@ WRONG_KERNELS: list[WrongKernel] = [
     _W("05.mma_triton", "log2e-twice", "folds log2(e) into the scale and then uses exp, not exp2",
        (("alpha = tl.math.exp2(m - m_new)", "alpha = tl.exp(m - m_new)"), ("p = tl.math.exp2(s - m_new[:, None])", "p = tl.exp(s - m_new[:, None])")),
        hint=None),
-    # Right numbers, wrong technique: measured (course.grading.measured), not seen in the values.
+    # Right numbers, wrong technique: measured (course.grading.techniques), not seen in the values.
     _W("05.mma_triton", "scores-in-float32", "upcasts the Q and K tiles to float32 before Q Kᵀ",
        (("s = tl.dot(q, kT, input_precision=DOT_PRECISION) * qk_scale",
          "s = tl.dot(q.to(tl.float32), kT.to(tl.float32), input_precision=DOT_PRECISION) * qk_scale"),),
