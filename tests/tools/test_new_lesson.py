@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 
+# Slow: the tools run as a learner and an instructor run them, nbgrader's release and the real compilers included
+# (about a minute and a half on two cores, the release and the CUDA C check the longest).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "new_lesson"
 ASSIGNMENT = "10_one_row"
