@@ -99,7 +99,7 @@ _MATRIX_UNITS = {
 
 
 def _matrix_ops(fn: Callable[..., Any], case: Case) -> list | None:
-    """The matrix operations (course.simt.counters.MatrixOps) of the launches of ``fn`` on ``case``, or None when
+    """The matrix operations (course.simt.launch_counters.MatrixOps) of the launches of ``fn`` on ``case``, or None when
     it did not run to the end."""
     q, k, v = case.tensors()
     try:

@@ -2,7 +2,7 @@
 the same wrong ratio, a number that only some values fit, or an output two mistakes explain equally.
 
 The learners' mistakes are written out here as the functions a learner would hand in; the checks are
-the real ones (course.check and the engines).
+the real ones (course.check and the comparisons of course.grading.compare_attention and compare_values).
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def test_every_folder_the_layout_names_exists():
 
 def test_the_layout_check_sees_a_module_left_out(tmp_path):
     (tmp_path / "course" / "grading").mkdir(parents=True)
-    (tmp_path / "course" / "grading" / "engines.py").write_text("")
+    (tmp_path / "course" / "grading" / "comparison.py").write_text("")
     (tmp_path / "course" / "grading" / "newcomer.py").write_text("")
-    rows = {folder: "" for folder in PACKAGE_ROWS} | {"course/grading": "comparing (`engines.py`)"}
+    rows = {folder: "" for folder in PACKAGE_ROWS} | {"course/grading": "comparing (`comparison.py`)"}
     assert unnamed_modules(rows, tmp_path) == ["course/grading/newcomer.py"]

@@ -1,4 +1,5 @@
-"""The check engines of the Triton track (softmax, merged states, LSE, gradients, races).
+"""The comparisons with the oracle that the Triton track's checks use (course.grading.compare_attention,
+course.grading.compare_values: softmax, merged states, LSE, gradients, races).
 
 Right answers (computed with plain PyTorch) pass; each typical mistake fails with a message that
 says what is wrong. The kernels themselves are tested in test_triton_*.py.
