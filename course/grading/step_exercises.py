@@ -39,13 +39,15 @@ def step_exercises(lesson: str, step: str, title: str | dict[str, str],
 
 
 def step_ladders(lesson: str, step: str, rungs: tuple[str, ...], last: dict[str, str | tuple[str, ...]] | None = None,
-                 variant: str = "") -> tuple[Ladder, ...]:
+                 variant: str = "", functions: dict[str, tuple[str, ...]] | None = None) -> tuple[Ladder, ...]:
     """The hint ladders of one lesson step's kernel exercises: ``rungs`` shared by every track, then each track's own
-    last rungs (``last``, by track)."""
+    last rungs (``last``, by track); ``functions``, by track, names the functions whose solution regions ``reveal``
+    shows where that is not every region of the file (:class:`Ladder`)."""
     ladders = []
     for row in _step_rows(lesson, step, variant):
         own = (last or {}).get(row.track, ())
-        ladders.append(Ladder(row.id, (*rungs, *((own,) if isinstance(own, str) else own))))
+        ladders.append(Ladder(row.id, (*rungs, *((own,) if isinstance(own, str) else own)),
+                              functions=(functions or {}).get(row.track, ())))
     return tuple(ladders)
 
 

@@ -13,6 +13,7 @@ from course.grading.comparison import Report
 from course.grading.compare_attention import check_attention
 from course.grading.compare_values import Mistake, check_values
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 from course.inputs import Case
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
@@ -143,29 +144,33 @@ def _tile_counts(fn, arguments: Iterable[dict] | None = None) -> Report:
 _BOUND_PROBES = (Case(34, 97, 16, causal=True, seed=67), Case(35, 97, 16, causal=True, seed=68))
 
 
-def _causal(fn, cases: Iterable[Case] | None = None) -> Report:
-    cases = cases or [Case(1, 1, 16, causal=True), Case(17, 17, 32, kind="peaky", causal=True, seed=1),
-                      Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
-                      Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
-                      Case(65, 33, 16, causal=False, seed=6)]
-    from course.grading import causal_tiles  # here, not on top: +20 ms to `import course`
-    # The key tiles each program loads and masks, before the values: the course's probes and two where a bound one
-    # key off changes a tile (64 × 32 tiles: the last key a block sees opens a tile, and the first row's last key
-    # ends one, or is one short of it).
-    causal_tiles.causal_tiles_triton("06.causal_triton", fn, causal_tiles.CAUSAL_PROBES + _BOUND_PROBES)
-    report = check_attention("06.causal_triton", fn, cases, with_lse=True, pass_causal=True, **kernel_options())
-    check_explicit_scale("06.causal_triton", fn, Case(9, 40, 32, causal=True, seed=9), 0.3, pass_causal=True,
-                         with_lse=True, **kernel_options())
-    return report
+def _causal(exercise: str):
+    """The check of the Triton causal kernel (its id comes from its row)."""
+    def run(fn, cases: Iterable[Case] | None = None) -> Report:
+        cases = cases or [Case(1, 1, 16, causal=True), Case(17, 17, 32, kind="peaky", causal=True, seed=1),
+                          Case(129, 129, 64, causal=True, seed=2), Case(17, 129, 16, causal=True, seed=3),
+                          Case(129, 17, 32, causal=True, seed=4), Case(40, 40, 16, dtype=F16, causal=True, seed=5),
+                          Case(65, 33, 16, causal=False, seed=6)]
+        from course.grading import causal_tiles  # here, not on top: +20 ms to `import course`
+        # The key tiles each program loads and masks, before the values: the course's probes and two where a bound
+        # one key off changes a tile (64 × 32 tiles: the last key a block sees opens a tile, and the first row's last
+        # key ends one, or is one short of it).
+        causal_tiles.causal_tiles_triton(exercise, fn, causal_tiles.CAUSAL_PROBES + _BOUND_PROBES)
+        report = check_attention(exercise, fn, cases, with_lse=True, pass_causal=True, **kernel_options())
+        check_explicit_scale(exercise, fn, Case(9, 40, 32, causal=True, seed=9), 0.3, pass_causal=True,
+                             with_lse=True, **kernel_options())
+        return report
+    return run
 
 
 EXERCISES = (
-    Exercise("06.causal_cuda", "Causal masking: skip the future, mask the diagonal (CUDA C)",
-             track_step("06.causal_cuda"), isolated=True, takes="kernel module"),
+    # The causal step in every track its rows declare (course/tracks/table.py): ids such as 06.causal_cuda.
+    *step_exercises("06", "causal", {"triton": "Causal masking with the stage split",
+                                     "cuda": "Causal masking: skip the future, mask the diagonal (CUDA C)"},
+                    {"triton": _causal, "cuda": track_step}),
     Exercise("06.causal_mask", "The causal mask, bottom-right and top-left", _causal_mask),
     Exercise("06.causal_torch", "Causal attention in PyTorch, rows that see no key included", _causal_torch),
     Exercise("06.tile_counts", "Skipped, full and diagonal tiles of causal attention", _tile_counts),
-    Exercise("06.causal_triton", "Causal masking with the stage split", _causal, isolated=True),
 )
 
 # What the hidden tests draw, and which course functions an answer may call (course.exercises reads both).
@@ -211,36 +216,37 @@ LADDERS = (
            "Loop over every (query tile, key tile), classify it with those two tests (diagonal otherwise) and count; "
            "offset = Nk − Nq.",
            cell="06_causal_masking/tile_counts"),
-    ladder("06.causal_triton",
-           "Three kinds of key tiles for a query block: skipped (never loaded), full (no mask), diagonal (masked). Two "
-           "numbers split the key axis between them, `lo` and `hi`: which row of the block decides each, and which "
-           "keys does the masked stage hide?",
-           "`hi` is one past the last key the block's last real row sees: that row is min(start_m + BLOCK_M, Nq) − 1 "
-           "and sees keys up to it + (Nk − Nq); never below 0. `lo` ends the tiles every row sees in full: the "
-           "first row, start_m, sees keys up to start_m + (Nk − Nq), so round one past that down to a multiple of "
-           "`BLOCK_N`. The masked stage keeps key j for row i when j < Nk and, causal, j <= i + (Nk − Nq); a row "
-           "whose max is still -inf subtracts 0 instead (2^(-inf − (-inf)) is NaN).",
-           "The masked stage, in `attend_key_blocks`:\n"
-           "    visible = key_ok[None, :]\n"
-           "    if CAUSAL:\n"
-           "        visible = visible & (key_idx[None, :] <= rows[:, None] + diagonal)\n"
-           "    s = tl.where(visible, s, float(\"-inf\"))\n"
-           "    m_new = tl.maximum(m, tl.max(s, axis=1))\n"
-           "    m_sub = tl.where(m_new == float(\"-inf\"), 0.0, m_new)",
-           "The bounds, in `causal_attention_kernel` (`diagonal` is Nk − Nq):\n"
-           "    hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal, 0)\n"
-           "    lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N",
-           functions=("attend_key_blocks", "causal_attention_kernel")),
-    ladder("06.causal_cuda",
-           "Three kinds of key tiles for a block: skipped (never loaded), full (no mask), diagonal (mask). Where does "
-           "the tile loop have to stop?",
-           "The loop visits keys 0 .. `kv_end` − 1, so `kv_end` is one past the last key the block's last row sees: "
-           "that row, `row0 + block_m - 1`, sees keys up to `row0 + block_m - 1 + offset`, so "
-           "`kv_end = row0 + block_m + offset`, clamped to 0 .. `n_k` (`offset` is `n_k - n_q`). Mask keys "
-           "j > i + `offset` on tiles the diagonal crosses.",
-           "Rows that have seen no key yet keep m = -inf: subtract `m_use = m_new == NEG_INF ? 0.0f : m_new` instead "
-           "of m_new, so every p and alpha is exp(-inf) = 0 and the row stays empty (the epilogue, given, writes "
-           "O = 0 and LSE = -inf for a row that never saw a key)."),
+    *step_ladders("06", "causal", (), {
+        "triton": (
+            "Three kinds of key tiles for a query block: skipped (never loaded), full (no mask), diagonal (masked). Two "
+            "numbers split the key axis between them, `lo` and `hi`: which row of the block decides each, and which "
+            "keys does the masked stage hide?",
+            "`hi` is one past the last key the block's last real row sees: that row is min(start_m + BLOCK_M, Nq) − 1 "
+            "and sees keys up to it + (Nk − Nq); never below 0. `lo` ends the tiles every row sees in full: the "
+            "first row, start_m, sees keys up to start_m + (Nk − Nq), so round one past that down to a multiple of "
+            "`BLOCK_N`. The masked stage keeps key j for row i when j < Nk and, causal, j <= i + (Nk − Nq); a row "
+            "whose max is still -inf subtracts 0 instead (2^(-inf − (-inf)) is NaN).",
+            "The masked stage, in `attend_key_blocks`:\n"
+            "    visible = key_ok[None, :]\n"
+            "    if CAUSAL:\n"
+            "        visible = visible & (key_idx[None, :] <= rows[:, None] + diagonal)\n"
+            "    s = tl.where(visible, s, float(\"-inf\"))\n"
+            "    m_new = tl.maximum(m, tl.max(s, axis=1))\n"
+            "    m_sub = tl.where(m_new == float(\"-inf\"), 0.0, m_new)",
+            "The bounds, in `causal_attention_kernel` (`diagonal` is Nk − Nq):\n"
+            "    hi = tl.maximum(tl.minimum(start_m + BLOCK_M, n_q) + diagonal, 0)\n"
+            "    lo = tl.maximum(start_m + diagonal + 1, 0) // BLOCK_N * BLOCK_N"),
+        "cuda": (
+            "Three kinds of key tiles for a block: skipped (never loaded), full (no mask), diagonal (mask). Where does "
+            "the tile loop have to stop?",
+            "The loop visits keys 0 .. `kv_end` − 1, so `kv_end` is one past the last key the block's last row sees: "
+            "that row, `row0 + block_m - 1`, sees keys up to `row0 + block_m - 1 + offset`, so "
+            "`kv_end = row0 + block_m + offset`, clamped to 0 .. `n_k` (`offset` is `n_k - n_q`). Mask keys "
+            "j > i + `offset` on tiles the diagonal crosses.",
+            "Rows that have seen no key yet keep m = -inf: subtract `m_use = m_new == NEG_INF ? 0.0f : m_new` instead "
+            "of m_new, so every p and alpha is exp(-inf) = 0 and the row stays empty (the epilogue, given, writes "
+            "O = 0 and LSE = -inf for a row that never saw a key)."),
+    }, functions={"triton": ("attend_key_blocks", "causal_attention_kernel")}),
 )
 
 
