@@ -17,9 +17,11 @@ from course.grading.compare_attention import check_backward
 from course.grading.compare_values import Mistake, check_values
 from course.grading.known_mistakes import gradients_with, case_masks
 from course.grading.exercise import Exercise, HEAD_DIMS, ModelPolicy, draw_size, ladder
+from course.grading.step_exercises import step_exercises, step_ladders
 from course.inputs import Case
 from course.models import roofline
 from course.reference import attention, attention_backward
+from course.tracks import table
 
 __all__ = ["EXERCISES", "LADDERS", "DRAWS", "MODEL_POLICY"]
 
@@ -44,18 +46,23 @@ def _backward_simt(exercise: str, kind: str):
     return run
 
 
-def _split_metal(module, cases: Iterable[Case] | None = None) -> Report:
+def _split_metal(exercise: str):
     """Metal's split backward: the track's step check, its failure explained when the dQ kernel adds into dq."""
-    return explain_split_dq("07.backward_split_metal", module,
-                            lambda: track_step("07.backward_split_metal")(module, cases))
+    def run(module, cases: Iterable[Case] | None = None) -> Report:
+        return explain_split_dq(exercise, module, lambda: track_step(exercise)(module, cases))
+    return run
 
 
 # The split design's dQ kernel owns its rows: it sums them in registers and stores each once, so nothing zeroes dq
 # before it runs (the launchers hand it over holding NaN, as a GPU hands over memory holding whatever was there).
 # A kernel that adds into dq instead (atomics, the other design's way, or +=) reads what it was handed. That is
 # measured, not read off the text: the learner's dQ kernel alone, on one case, from a dq filled with 0 and with 1.
-SPLIT_DQ = {"07.backward_split_cuda": ("backward_dq", "atomicAdd", "07_backward_atomic.cu"),
-            "07.backward_split_metal": ("backward_dq", "float atomics", "07_backward_atomic.metal")}
+_SPLIT_DQ_BY_TRACK = {"cuda": ("backward_dq", "atomicAdd", "07_backward_atomic.cu"),
+                      "metal": ("backward_dq", "float atomics", "07_backward_atomic.metal")}
+SPLIT_DQ = {row.id: _SPLIT_DQ_BY_TRACK[row.track] for row in table.exercises(lesson="07", step="backward")
+            if row.variant == "split" and row.track in _SPLIT_DQ_BY_TRACK}
+"""The split step's CUDA C and Metal exercises (ids from their rows) -> (its dQ kernel, the other design's atomics,
+that design's file)."""
 _DQ_PROBE = Case(17, 40, 16, causal=True, seed=1)
 
 
@@ -74,7 +81,7 @@ def _dq_from(exercise: str, module, fill: float, case: Case = _DQ_PROBE):
     dq = np.full_like(qa, fill)
     scale = np.float32(d ** -0.5)
     try:
-        if exercise == "07.backward_split_cuda":
+        if table.exercise(exercise).track == "cuda":
             plan = cuda.backward_plan(n_q, n_k, d, cuda.backward_constants(module))
             module.get_function("backward_dq")(plan.q_blocks, plan.threads,
                                                (qa, ka, va, da, la, delta, dq, n_q, n_k, d, scale, int(case.causal)),
@@ -316,21 +323,23 @@ def _differing_elements(fn, cases: list | None = None, arguments: Iterable[dict]
 
 
 EXERCISES = (
-    Exercise("07.backward_atomic_cuda", "The backward pass with dQ by atomicAdd (CUDA C)",
-             _backward_simt("07.backward_atomic_cuda", "atomic"), isolated=True, takes="kernel module"),
-    Exercise("07.backward_split_cuda", "The atomic-free backward: dK/dV and dQ in separate kernels (CUDA C)",
-             _backward_simt("07.backward_split_cuda", "split"), isolated=True, takes="kernel module"),
-    Exercise("07.backward_atomic_metal", "The backward pass with compare-and-swap float atomics (Metal)",
-             track_step("07.backward_atomic_metal"), isolated=True, takes="kernel module"),
-    Exercise("07.backward_split_metal", "The atomic-free backward in separate kernels (Metal)",
-             _split_metal, isolated=True, takes="kernel module"),
+    # The backward step's two designs in every track their rows declare (course/tracks/table.py): ids such as
+    # 07.backward_split_cuda.
+    *step_exercises("07", "backward", {"triton": "The backward pass, dQ accumulated with atomics",
+                                       "cuda": "The backward pass with dQ by atomicAdd (CUDA C)",
+                                       "metal": "The backward pass with compare-and-swap float atomics (Metal)"},
+                    {"triton": lambda exercise: lambda fn, cases=None: _backward(exercise, fn, cases),
+                     "cuda": lambda exercise: _backward_simt(exercise, "atomic"), "metal": track_step},
+                    variant="atomic"),
+    *step_exercises("07", "backward", {
+        "triton": "The backward pass, dQ in its own atomic-free kernel",
+        "cuda": "The atomic-free backward: dK/dV and dQ in separate kernels (CUDA C)",
+        "metal": "The atomic-free backward in separate kernels (Metal)"},
+        {"triton": lambda exercise: lambda fn, cases=None: _backward(exercise, fn, cases, deterministic=True),
+         "cuda": lambda exercise: _backward_simt(exercise, "split"), "metal": _split_metal}, variant="split"),
     Exercise("07.backward_torch", "The backward pass in PyTorch from O and the LSE", _backward_torch),
     Exercise("07.backward_flops", "FLOPs of the backward: P stored, atomic dQ, split dQ", _backward_flops),
     Exercise("07.differing_elements", "Counting the elements whose bits differ between runs", _differing_elements),
-    Exercise("07.backward_atomic_triton", "The backward pass, dQ accumulated with atomics",
-             lambda fn, cases=None: _backward("07.backward_atomic_triton", fn, cases), isolated=True),
-    Exercise("07.backward_split_triton", "The backward pass, dQ in its own atomic-free kernel",
-             lambda fn, cases=None: _backward("07.backward_split_triton", fn, cases, deterministic=True), isolated=True),
 )
 
 _SHOWN_BIT_SHAPES = ((6, 8), (32, 16))  # the shapes of the six sets _bit_cases shows: a drawn set never has one
@@ -421,64 +430,69 @@ LADDERS = (
            "    bits = torch.stack([run.view(torch.int32) for run in runs])\n"
            "    return int((bits != bits[0]).any(dim=0).sum())",
            cell="07_backward_pass/differing_elements"),
-    ladder("07.backward_atomic_triton", *_BACKWARD,
-           "The dQ share of this program for the query block is scale · dS K: add it with `tl.atomic_add` into a "
-           "float32 "
-           "dQ zeroed before the launch (mask the padded rows).",
-           "When causal, the loop over query blocks starts at the first block whose rows see key start_n (query i "
-           "sees key j when j <= i + `diag`): `start_m = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M`. The "
-           "blocks before it are wholly above this program's keys and are never loaded.",
-           functions=("preprocess_delta_kernel", "dkdv_kernel")),
-    ladder("07.backward_split_triton",
-           "dQ of query row i sums over every key: scale · Σ_j dS_ij k_j. In `dq_kernel` one program owns a block of "
-           "query rows. What must it rebuild for each key block, since the dK/dV kernel kept nothing, and why does "
-           "it need no atomics?",
-           "Before the loop, Q, dO, the LSE and Δ of the block are loaded (given). Per key block: S = scale · Q Kᵀ, "
-           "P = exp(S − LSE) with the hidden entries 0, dP = dO Vᵀ, dS = P ∘ (dP − Δ), then `dq += tl.dot(ds.to(k.dtype), "
-           "k)`: the sum stays in registers, in one order, and the one `tl.store` after the loop (given) writes the "
-           "rows. No `tl.atomic_add` anywhere.",
-           "When causal, `end_n` is one past the last key the block's last row, start_m + BLOCK_M − 1, sees: "
-           "`end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)`, and the loop is `for n0 in range(0, end_n, BLOCK_N):`. "
-           "Key blocks past it are wholly in the future and are never loaded.",
-           functions=("dq_kernel",)),
-    ladder("07.backward_atomic_cuda", *_BACKWARD,
-           "In CUDA C: after `__syncthreads()` (the dS tile is complete) each thread adds its rows' share of dS K · "
-           "scale into `dq` with `atomicAdd`; a plain += from two blocks loses one of the updates."),
-    ladder("07.backward_split_cuda",
-           "You write `backward_dq`, the dQ kernel: one block per BLOCK_M query rows (its Q, dO, LSE and Δ are loaded "
-           "for you), walking over the key tiles. `backward_dkdv`, given, kept nothing of P or dS: what must the "
-           "block rebuild for each key tile, and why does it need no atomics?",
-           "Per key tile: S = scale · Q Kᵀ, P = exp(S − LSE) (0 where the key is masked or past Nk), dP = dO Vᵀ and "
-           "dS = P ∘ (dP − Δ) into `ds_s`; then each thread adds Σ_j dS_ij K_j for its elements into `dq_acc`. The "
-           "block is the only writer of its dQ rows: the sum stays in registers, and the stores after the loop "
-           "(given) write each row once. Nothing zeroes dq before the kernel, so nothing may add into it.",
-           "In CUDA C, the loop of `backward_dq` is `for (int n0 = 0; n0 < n_end; n0 += BLOCK_N)`, with "
-           "`__syncthreads()` before the copy into "
-           "`k_s` and `v_s` (the last tile is no longer read), after it (the tile is in), and once `ds_s` is "
-           "complete. Causal, `n_end` is one past the last key the block's last row sees: "
-           "`min(m0 + BLOCK_M + diag, n_k)`; key tiles past it are wholly in the future and never loaded."),
-    ladder("07.backward_atomic_metal", *_BACKWARD,
-           "In Metal, `dq_atomic_add`: after the barrier (the dS tile is complete) the thread of element (i, c) of the "
-           "query tile sums its share Σ_j dS_ij K_jc over the threadgroup's BLOCK_N keys and adds share · scale into "
-           "`dq` with the given `atomic_add_float` (a compare-and-swap loop on the float's bits: Metal has no float "
-           "atomic add on device memory in every version), skipping rows past `n_q`. A plain += or = from two "
-           "threadgroups loses one of the updates."),
-    ladder("07.backward_split_metal",
-           "You write two loops, each in a kernel that is the only writer of what it sums: `backward_dq`, one "
-           "threadgroup per BLOCK_M query rows walking over the key tiles for dQ, and the query loop of "
-           "`backward_dkdv`, one threadgroup per BLOCK_N keys walking over the query tiles for dK and dV. Neither "
-           "kernel keeps P or dS for the other: what does each rebuild per tile, and why is no atomic needed?",
-           "Both rebuild P and dS with the given `p_and_ds`: P = exp(scale · Q Kᵀ − LSE), 0 where masked, and "
-           "dS = P ∘ (dP − Δ). `backward_dq` keeps dS in `ds_tile` and adds Σ_j dS_ij K_j into `dq_acc`; "
-           "`backward_dkdv` keeps P in `p_tile` and dS in `ds_tile` and adds Pᵀ dO into `dv_acc` and dSᵀ Q into "
-           "`dk_acc`. Each sum stays in registers, and the stores after the loops (given) write every row once: "
-           "nothing zeroes dq before the kernel, so nothing may add into it.",
-           "In Metal: `for (uint j0 = 0; j0 < kv_end; j0 += BLOCK_N)` in `backward_dq` and "
-           "`for (uint i0 = i_start; i0 < n_q; i0 += BLOCK_M)` in `backward_dkdv`, each with a "
-           "`threadgroup_barrier(mem_flags::mem_threadgroup)` before `load_rows` (the last tile is no longer "
-           "read), after it (the tile is in), and once the P and dS tiles are complete. Causal, `kv_end` is one past "
-           "the last key the threadgroup's last row sees, clamped to 0 .. n_k: "
-           "`uint(clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k)))`."),
+    *step_ladders("07", "backward", (), {
+        "triton": (
+            *_BACKWARD,
+            "The dQ share of this program for the query block is scale · dS K: add it with `tl.atomic_add` into a "
+            "float32 "
+            "dQ zeroed before the launch (mask the padded rows).",
+            "When causal, the loop over query blocks starts at the first block whose rows see key start_n (query i "
+            "sees key j when j <= i + `diag`): `start_m = tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M`. The "
+            "blocks before it are wholly above this program's keys and are never loaded."),
+        "cuda": (
+            *_BACKWARD,
+            "In CUDA C: after `__syncthreads()` (the dS tile is complete) each thread adds its rows' share of dS K · "
+            "scale into `dq` with `atomicAdd`; a plain += from two blocks loses one of the updates."),
+        "metal": (
+            *_BACKWARD,
+            "In Metal, `dq_atomic_add`: after the barrier (the dS tile is complete) the thread of element (i, c) of the "
+            "query tile sums its share Σ_j dS_ij K_jc over the threadgroup's BLOCK_N keys and adds share · scale into "
+            "`dq` with the given `atomic_add_float` (a compare-and-swap loop on the float's bits: Metal has no float "
+            "atomic add on device memory in every version), skipping rows past `n_q`. A plain += or = from two "
+            "threadgroups loses one of the updates."),
+    }, variant="atomic", functions={"triton": ("preprocess_delta_kernel", "dkdv_kernel")}),
+    *step_ladders("07", "backward", (), {
+        "triton": (
+            "dQ of query row i sums over every key: scale · Σ_j dS_ij k_j. In `dq_kernel` one program owns a block of "
+            "query rows. What must it rebuild for each key block, since the dK/dV kernel kept nothing, and why does "
+            "it need no atomics?",
+            "Before the loop, Q, dO, the LSE and Δ of the block are loaded (given). Per key block: S = scale · Q Kᵀ, "
+            "P = exp(S − LSE) with the hidden entries 0, dP = dO Vᵀ, dS = P ∘ (dP − Δ), then `dq += tl.dot(ds.to(k.dtype), "
+            "k)`: the sum stays in registers, in one order, and the one `tl.store` after the loop (given) writes the "
+            "rows. No `tl.atomic_add` anywhere.",
+            "When causal, `end_n` is one past the last key the block's last row, start_m + BLOCK_M − 1, sees: "
+            "`end_n = tl.minimum(start_m + BLOCK_M + diag, n_k)`, and the loop is `for n0 in range(0, end_n, BLOCK_N):`. "
+            "Key blocks past it are wholly in the future and are never loaded."),
+        "cuda": (
+            "You write `backward_dq`, the dQ kernel: one block per BLOCK_M query rows (its Q, dO, LSE and Δ are loaded "
+            "for you), walking over the key tiles. `backward_dkdv`, given, kept nothing of P or dS: what must the "
+            "block rebuild for each key tile, and why does it need no atomics?",
+            "Per key tile: S = scale · Q Kᵀ, P = exp(S − LSE) (0 where the key is masked or past Nk), dP = dO Vᵀ and "
+            "dS = P ∘ (dP − Δ) into `ds_s`; then each thread adds Σ_j dS_ij K_j for its elements into `dq_acc`. The "
+            "block is the only writer of its dQ rows: the sum stays in registers, and the stores after the loop "
+            "(given) write each row once. Nothing zeroes dq before the kernel, so nothing may add into it.",
+            "In CUDA C, the loop of `backward_dq` is `for (int n0 = 0; n0 < n_end; n0 += BLOCK_N)`, with "
+            "`__syncthreads()` before the copy into "
+            "`k_s` and `v_s` (the last tile is no longer read), after it (the tile is in), and once `ds_s` is "
+            "complete. Causal, `n_end` is one past the last key the block's last row sees: "
+            "`min(m0 + BLOCK_M + diag, n_k)`; key tiles past it are wholly in the future and never loaded."),
+        "metal": (
+            "You write two loops, each in a kernel that is the only writer of what it sums: `backward_dq`, one "
+            "threadgroup per BLOCK_M query rows walking over the key tiles for dQ, and the query loop of "
+            "`backward_dkdv`, one threadgroup per BLOCK_N keys walking over the query tiles for dK and dV. Neither "
+            "kernel keeps P or dS for the other: what does each rebuild per tile, and why is no atomic needed?",
+            "Both rebuild P and dS with the given `p_and_ds`: P = exp(scale · Q Kᵀ − LSE), 0 where masked, and "
+            "dS = P ∘ (dP − Δ). `backward_dq` keeps dS in `ds_tile` and adds Σ_j dS_ij K_j into `dq_acc`; "
+            "`backward_dkdv` keeps P in `p_tile` and dS in `ds_tile` and adds Pᵀ dO into `dv_acc` and dSᵀ Q into "
+            "`dk_acc`. Each sum stays in registers, and the stores after the loops (given) write every row once: "
+            "nothing zeroes dq before the kernel, so nothing may add into it.",
+            "In Metal: `for (uint j0 = 0; j0 < kv_end; j0 += BLOCK_N)` in `backward_dq` and "
+            "`for (uint i0 = i_start; i0 < n_q; i0 += BLOCK_M)` in `backward_dkdv`, each with a "
+            "`threadgroup_barrier(mem_flags::mem_threadgroup)` before `load_rows` (the last tile is no longer "
+            "read), after it (the tile is in), and once the P and dS tiles are complete. Causal, `kv_end` is one past "
+            "the last key the threadgroup's last row sees, clamped to 0 .. n_k: "
+            "`uint(clamp(int(i0 + BLOCK_M) + offset, 0, int(n_k)))`."),
+    }, variant="split", functions={"triton": ("dq_kernel",)}),
 )
 
 
