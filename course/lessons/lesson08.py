@@ -16,6 +16,7 @@ from course.grading.compare_attention import check_attention, check_backward
 from course.grading.exercise import Exercise, ladder
 from course.inputs import Case
 from course.reference import attention
+from course.tracks import table
 
 __all__ = ["EXERCISES", "LADDERS", "probes"]
 
@@ -120,8 +121,12 @@ def _probe_outputs(exercise: str, result: Any, q: torch.Tensor, k: torch.Tensor,
     return o, dq, dk, dv
 
 
+# The capstone's exercise, its id from its row of the kernel table.
+_CAPSTONE = table.exercises(lesson="08", step="flash_attention", track="triton")[0].id
+
+
 def _flash_attention(probe, cases: Iterable[Case] | None = None) -> Report:
-    exercise = "08.flash_attention_triton"
+    exercise = _CAPSTONE
     cases = list(cases) if cases is not None else _capstone_cases()
     options = dict(device=tiers.device(), tier=tiers.active_tier())
 
@@ -282,7 +287,7 @@ def _differs(got: Any, want: torch.Tensor) -> str:
 
 
 EXERCISES = (
-    Exercise("08.flash_attention_triton", "FlashAttention as a torch.autograd.Function", _flash_attention,
+    Exercise(_CAPSTONE, "FlashAttention as a torch.autograd.Function", _flash_attention,
              probe="autograd_probe"),
     Exercise("08.training", "Training a tiny model with flash_attention in place of PyTorch's attention", _training,
              probe="training_probe"),
@@ -298,7 +303,7 @@ def probes() -> dict[str, Any]:
 
 
 LADDERS = (
-    ladder("08.flash_attention_triton",
+    ladder(_CAPSTONE,
            "forward(ctx, q, k, v, causal, scale, deterministic) runs lesson 06's forward; what must it keep for "
            "backward, and what must it not keep?",
            "`o, lse = _forward.causal_attention_forward(q, k, v, causal, scale)`; "
@@ -333,7 +338,7 @@ from course.grading.exercise import ModelPolicy  # noqa: E402
 from course.models import fp8  # noqa: E402
 from course.reference import causal_mask  # noqa: E402
 
-_FP8 = "08.fp8_forward_triton"
+_FP8 = table.exercises(lesson="08", step="fp8_forward", track="triton")[0].id  # the id, from its row
 
 
 @dataclass(frozen=True)
