@@ -11,7 +11,8 @@ Names follow one rule, so that a reader can find any step in any language:
 
 Exercises that are plain Python in a notebook (``01.attention_torch``) have no track and are not here;
 :mod:`course.exercises` registers those. The tests, benchmarks, compile gates, corpora, notebooks and
-slides all walk this table, so a new step is added here once.
+slides all walk this table, so a new step is declared once: here, or as a row its lesson module declares
+(``KERNEL_ROWS`` in ``course/lessons/lessonNN.py``, :func:`lesson_rows`), which a new lesson does.
 
 A row also declares the step's settings that shared code needs: how the Triton compile gate calls its file
 (``gate_cases``, ``gate_calls``), the grader's checked tiles, the CUDA ladder's tiles, the benchmark's call and
