@@ -15,18 +15,24 @@ own under ``<state>/home/<name>``, so no operating-system accounts are made:
 - a **student's** server is the learner's lab (``course.tools.lab.build`` writes it into their home: the student
   notebooks and the kernel files without solutions), with nbgrader's Assignments tab on and its instructor tools
   (formgrader, Create Assignment, the course list, Validate) off;
-- an **instructor's** server is JupyterLab with nbgrader's formgrader, on a home holding ``course/``, the nbgrader
-  course directory the exchange is fed from.
+- an **instructor's** server is JupyterLab with nbgrader's formgrader, on a home holding ``flash-attention/``, the nbgrader
+  course directory the exchange is fed from. Its nbgrader settings are the course's (``autograder.nbgrader_config``):
+  the formgrader's Generate makes the course's student version, its Autograde runs the submission's notebook in the
+  bubblewrap sandbox and then the re-check (``autograder.preprocessors.recheck_tests``) before nbgrader writes a
+  grade, and its feedback leaves the hidden tests out. Its ``source/`` holds the instructor notebooks of
+  ``solutions/``, ``kernels-without-solutions/<assignment>/`` what each assignment's sandbox shows as
+  ``kernels/``, and the gradebook lists the class's students, so the formgrader shows one who handed nothing in as
+  "no submission".
 
 nbgrader's exchange is ``<state>/exchange``, a folder the hub owns. nbgrader names a submission after the
 operating-system user that hands it in (unless that user is ``jovyan``, the containers' user, when it takes
 ``JUPYTERHUB_USER``); every server here runs as one user, so each student's nbgrader configuration names the
 student (``CourseDirectory.student_id``, which submit, list and fetch_feedback use in place of the user name).
 
-The instructor's steps run nbgrader's own commands in ``course/``, except grading, which is the course's grader
-(``python -m autograder grade``: nbgrader autograde in the bubblewrap sandbox, then the re-check) on the notebooks
-collected, and the class's grade table, which lists every student of ``hub/users.toml``: one who handed nothing in
-is "missing", not 0.
+The instructor clicks through the formgrader, or runs the steps above in a terminal: ``release`` and ``collect``
+run nbgrader's own commands in ``flash-attention/``; ``grade`` runs the course's batch grader (``python -m autograder grade``:
+the same sandbox and re-check) on the notebooks collected and writes the class's grade table, which lists every
+student of ``hub/users.toml``: one who handed nothing in is "missing", not 0.
 """
 from __future__ import annotations
 
@@ -44,7 +50,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.coursedir import COURSE_ID
+from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW
+from autograder.sandbox.bubblewrap import kernels_folder, write_kernels_without_solutions
 from course.paths import CHECKOUT, REPO
 from course.tools.lab import ANNOUNCEMENTS_PLUGIN, build
 
@@ -143,7 +150,9 @@ class HubPaths:
         return self.state / "config" / user  # outside the home: what a user's server is configured with
 
     def course(self, instructor: str) -> Path:
-        return self.home(instructor) / "course"
+        # Named after the course id, not `course/`: a folder of that name in the home (the server's working folder)
+        # would be imported as the course package by every Python started there, the formgrader's included.
+        return self.home(instructor) / COURSE_ID
 
     def grades(self, instructor: str) -> Path:
         return self.home(instructor) / "grades"
@@ -178,9 +187,49 @@ def _json(data: dict) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _instructor_settings(paths: HubPaths, instructor: str) -> dict[str, str]:
-    return {"CourseDirectory.root": str(paths.course(instructor)), "CourseDirectory.course_id": COURSE_ID,
-            "Exchange.root": str(paths.exchange)}
+def _instructor_config(paths: HubPaths, instructor: str) -> str:
+    """The instructor's nbgrader settings: the course's (``autograder.nbgrader_config``), so that the formgrader's
+    buttons do what ``python -m autograder grade`` does: Generate with the per-language stubs, Autograde with the
+    notebook's kernel in the sandbox and the re-check before nbgrader writes a grade, feedback without hidden tests."""
+    root = paths.course(instructor)
+    view = str(root / KERNELS_VIEW / "{assignment}")  # each assignment's own view (see _write_kernel_views)
+    return "\n".join([
+        '"""nbgrader settings of this hub user (written by python -m autograder.hub); see autograder/nbgrader_config.py."""',
+        "from autograder.nbgrader_config import course_config",
+        "",
+        "c = get_config()  # noqa: F821",
+        f"c.merge(course_config({str(root)!r}))",
+        f"c.Exchange.root = {str(paths.exchange)!r}",
+        f"c.SandboxedKernelManager.kernels_view = {view!r}",
+        f"c.RecheckTests.kernels_view = {view!r}",
+    ]) + "\n"
+
+
+def _add_sources(course: Path) -> None:
+    """The instructor notebooks (``solutions/``) as the course directory's ``source/``, where nbgrader's Generate
+    finds them; a folder already there is the instructor's and stays as it is."""
+    for folder in sorted((_SOURCE / "solutions").iterdir()) if (_SOURCE / "solutions").is_dir() else []:
+        if _NAME.fullmatch(folder.name) and any(folder.glob("*.ipynb")) and not (course / "source" / folder.name).exists():
+            shutil.copytree(folder, course / "source" / folder.name,
+                            ignore=shutil.ignore_patterns(".*", "__pycache__", *IGNORED_FILES))
+
+
+def _write_kernel_views(course: Path) -> None:
+    """Per assignment, the kernel files a submission's sandbox shows as ``kernels/``: without their solutions, except
+    those the assignment's lesson wraps whole (lesson 08 calls lessons 06 and 07), which no other assignment sees."""
+    from course.tracks import table  # here, not on top: only an instructor's server reads the kernel table
+    for source in sorted((course / "source").iterdir()) if (course / "source").is_dir() else []:
+        whole = tuple(p.removeprefix("kernels/") for p in table.graded_whole(source.name[:2]))
+        write_kernels_without_solutions(kernels_folder(), course / KERNELS_VIEW / source.name, whole)
+
+
+def _enroll(course: Path, students: tuple[str, ...]) -> None:
+    """The class's students in the gradebook, so that the formgrader lists one who handed nothing in ("no
+    submission") rather than leaving them out."""
+    from nbgrader.api import Gradebook  # here, not on top: only an instructor's server and steps use the gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
+        for student in students:
+            gb.update_or_create_student(student)
 
 
 def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
@@ -191,9 +240,12 @@ def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
     if user in roster.instructors:
         course = paths.course(user)
         (course / "release").mkdir(parents=True, exist_ok=True)
-        nbgrader = _nbgrader_config(_instructor_settings(paths, user))
+        _add_sources(course)
+        _write_kernel_views(course)
+        nbgrader = _instructor_config(paths, user)
         _write(course / "nbgrader_config.py", nbgrader)
         _write(config / "nbgrader_config.py", nbgrader)  # for the formgrader, whose cwd is the home
+        _enroll(course, roster.students)
         _write(config / "labconfig" / "page_config.json", _json({"disabledExtensions": {ANNOUNCEMENTS_PLUGIN: True}}))
     elif user in roster.students:
         build(home)  # the learner's lab: student notebooks and kernels without solutions; keeps what they changed
@@ -272,18 +324,17 @@ def _assignment_folder(assignment: str) -> Path:
 
 
 def release(assignment: str, instructor: str | None = None) -> str:
-    """Put the course's student notebook of ``assignment`` (``notebooks/``) in the exchange."""
-    folder = _assignment_folder(assignment)
+    """Generate the student version of ``assignment`` from its source (the formgrader's Generate: the gradebook
+    learns its test cells) and put it in the exchange (Release)."""
+    _assignment_folder(assignment)
     paths, _, who = _context(instructor)
-    target = paths.course(who) / "release" / assignment
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(folder, target, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+    _nbgrader(paths.course(who), "generate_assignment", assignment, "--force")
     _nbgrader(paths.course(who), "release_assignment", assignment, "--force")
     return f"released {assignment} to the students of {COURSE_ID}"
 
 
 def collect(assignment: str, instructor: str | None = None) -> str:
-    """Copy each student's latest submission of ``assignment`` into ``course/submitted/``."""
+    """Copy each student's latest submission of ``assignment`` into the course directory's ``submitted/``."""
     _assignment_folder(assignment)
     paths, _, who = _context(instructor)
     _nbgrader(paths.course(who), "collect", assignment, "--update")
@@ -413,8 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--state", type=Path, default=DEFAULT_STATE,
                        help="homes, the exchange and the hub's database (default: build/hub)")
     serve.add_argument("--users", type=Path, default=DEFAULT_USERS, help="the class list (default: hub/users.toml)")
-    for name, text in (("release", "put the student notebook of ASSIGNMENT in the exchange"),
-                       ("collect", "copy the latest submission of each student into course/submitted/"),
+    for name, text in (("release", "generate the student version of ASSIGNMENT and put it in the exchange"),
+                       ("collect", "copy the latest submission of each student into the course directory's submitted/"),
                        ("grade", "grade what was collected with the course's grader; write the class's table"),
                        ("feedback", "return the feedback pages to the students")):
         step = sub.add_parser(name, help=text)

@@ -42,7 +42,6 @@ those binds the sandbox hides every GPU and sets ``COURSE_TIER=cpu``, and the re
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -132,10 +131,17 @@ def _python_paths() -> list[Path]:
 
 
 def _course_package() -> Path:
-    """The ``course`` package, wherever it is installed from."""
-    spec = importlib.util.find_spec("course")  # finds the package without running it
-    if spec and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations))).resolve()
+    """The ``course`` package, wherever it is installed from.
+
+    Only a package with an ``__init__.py`` counts: a folder named ``course`` in the working folder is a namespace
+    package to Python and would be found first, and binding it would show the kernel whatever that folder holds."""
+    module = sys.modules.get("course")
+    if getattr(module, "__file__", None):
+        return Path(module.__file__).parent.resolve()
+    for finder in sys.meta_path:  # finds the package without running it
+        spec = finder.find_spec("course", None) if hasattr(finder, "find_spec") else None
+        if spec is not None and spec.origin and Path(spec.origin).name == "__init__.py":
+            return Path(spec.origin).parent.resolve()
     return (REPO_ROOT / "course").resolve()
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from nbgrader import preprocessors as nbp
 
 from autograder import hub
 from autograder.hub import HubError, HubPaths, Roster, class_table, prepare_user
@@ -65,12 +66,30 @@ def test_a_students_server_is_the_learners_lab_with_the_assignments_tab_only(tmp
 
 
 def test_an_instructors_server_has_the_course_directory(tmp_path: Path) -> None:
+    from nbgrader.api import Gradebook
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.preprocessors.recheck_tests import RecheckTests
+    from autograder.preprocessors.sandboxed_execute import SandboxedExecute
     paths = HubPaths(tmp_path)
     prepare_user(paths, Roster.load(REPO / "hub" / "users.toml"), "instructor")
     course = paths.course("instructor")
     text = (course / "nbgrader_config.py").read_text()
-    assert f"c.CourseDirectory.root = {str(course)!r}" in text and "c.CourseDirectory.course_id = 'flash-attention'" in text
     assert (paths.config("instructor") / "nbgrader_config.py").read_text() == text  # what the formgrader reads
+    # The course's settings: the formgrader's Autograde runs the notebook in the sandbox, then the re-check.
+    config = PyFileConfigLoader("nbgrader_config.py", str(course)).load_config()
+    assert config.CourseDirectory.root == str(course) and config.CourseDirectory.course_id == "flash-attention"
+    assert config.Exchange.root == str(paths.exchange)
+    steps = config.Autograde.autograde_preprocessors
+    assert steps.index(SandboxedExecute) < steps.index(RecheckTests) < steps.index(nbp.SaveAutoGrades)
+    assert config.RecheckTests.kernels_view == str(course / "kernels-without-solutions" / "{assignment}")
+    # Generate finds the instructor notebooks; each assignment's sandbox sees the kernels without their solutions.
+    assert (course / "source" / "01_naive_attention" / "01_naive_attention.ipynb").is_file()
+    view = course / "kernels-without-solutions" / "01_naive_attention"
+    assert any(view.rglob("*.py")) and not any("BEGIN SOLUTION" in p.read_text(errors="replace")
+                                               for p in view.rglob("*") if p.is_file())
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "flash-attention") as gb:
+        assert sorted(s.id for s in gb.students) == ["alice", "bob", "carol"]  # the formgrader lists all three
     assert not (paths.config("instructor") / "jupyter_server_config.json").exists()  # nbgrader stays on
     with pytest.raises(HubError, match="'mallory' is not in the class list"):
         prepare_user(paths, Roster.load(REPO / "hub" / "users.toml"), "mallory")
