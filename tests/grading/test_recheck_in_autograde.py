@@ -5,7 +5,8 @@ button runs it) writes the gradebook: an answer cell that forges the notebook's 
 passes that run, and still earns nothing in the gradebook autograde wrote, with the reason in the autograded
 notebook's test cell and at the top of the feedback page. The same submission autograded without the re-check
 earns the points: the preprocessor is what takes them. An honest answer keeps its points, and a wrong one that
-forged nothing fails in the notebook's own run, which the re-check leaves alone.
+forged nothing fails in the notebook's own run, which the re-check leaves alone. A re-check that cannot run fails
+closed.
 """
 from __future__ import annotations
 
@@ -19,13 +20,12 @@ from nbgrader.api import Gradebook
 from autograder.coursedir import COURSE_ID, CourseDir
 from autograder.grade.bundle import GradingSettings
 from autograder.grade.stages import nbgrader_in_process
-from autograder.preprocessors.recheck_tests import CAUGHT, RECHECK_ERROR, RECHECK_RECORD
+from autograder.nbgrader_config import course_config
+from autograder.preprocessors.recheck_tests import CAUGHT, RECHECK_ERROR, RECHECK_RECORD, RecheckTests
 from autograder.preprocessors.sandboxed_execute import METADATA_KEY
 from autograder.sandbox.bubblewrap import SandboxSettings
 from grading_support import processes_left_behind, put
 from notebook_factory import cell, notebook
-
-pytestmark = pytest.mark.slow
 
 ASSIGNMENT = "forge"
 RIGHT = "return n * (d + 3 * n * d) * torch.empty((), dtype=dtype).element_size()"
@@ -68,6 +68,7 @@ def _test_cell(course: CourseDir, student: str) -> tuple[dict, dict]:
     return test, nb["metadata"][METADATA_KEY][RECHECK_RECORD]
 
 
+@pytest.mark.slow
 def test_autograde_takes_the_points_of_a_forged_run(tmp_path: Path) -> None:
     with processes_left_behind() as left:
         course, settings = _course(tmp_path / "course")
@@ -100,3 +101,20 @@ def test_autograde_takes_the_points_of_a_forged_run(tmp_path: Path) -> None:
             "if p is not RecheckTests]\n"))
         assert _autograde(course) == {"honest": 2.0, "forger": 2.0, "wrong": 0.0}
     assert not left, f"processes of the autograde run outlived it: {left}"
+
+
+def test_a_recheck_that_cannot_run_fails_closed(tmp_path: Path) -> None:
+    """No instructor's notebook where the course directory keeps it: every test cell the re-check should have judged
+    loses what the notebook's run gave it, and says why; a test that does not grade through the course is kept."""
+    nb = lesson()
+    nb.cells.append(cell("assert naive_bytes_read(1, 1, torch.float32) > 0", grade_id="test_plain", grade=True,
+                         locked=True, points=1))
+    step = RecheckTests(config=course_config(tmp_path / "course"))  # its source/ folder does not exist
+    nb, _ = step.preprocess(nb, {"nbgrader": {"assignment": ASSIGNMENT, "notebook": ASSIGNMENT, "student": "s"}})
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    [error] = cells["test_naive_bytes_read"].outputs
+    assert error.ename == RECHECK_ERROR and "could not read the instructor's notebook" in error.evalue, error
+    assert cells["test_plain"].outputs == []
+    record = nb.metadata[METADATA_KEY][RECHECK_RECORD]
+    assert record["kept"] == ["test_plain"] and "could not read" in record["problem"]
+    assert [line.split(":")[0] for line in record["changes"]] == ["test_naive_bytes_read"]
