@@ -54,7 +54,7 @@ class GateCall:
 
     ``args`` and the values of ``kwargs`` are words of the gate's vocabulary: a tensor's shape (``q`` is
     (2, N, D), ``row`` (N, D), ``q4`` (2, 4, N, D), ``kv`` the K/V heads of the case; the full list is
-    ``triton_compile.SHAPES``), ``causal`` (the case's flag), or a Python literal (``4``, ``'atomic'``)."""
+    ``fake_launches.SHAPES``), ``causal`` (the case's flag), or a Python literal (``4``, ``'atomic'``)."""
     function: str
     args: tuple[str, ...]
     kwargs: tuple[tuple[str, str], ...] = ()

@@ -13,6 +13,7 @@ import torch
 
 import course
 from course.tools import triton_gate
+from course.tracks import fake_launches, triton_build
 from course.tracks import triton_compile as triton_aot
 from course.tracks.triton_compile import Matrix, run_gate
 
@@ -120,7 +121,7 @@ def test_gate_rejects_kernel_the_interpreter_accepts(name, tmp_path, capsys):
     folder = _break(tmp_path, case)
 
     # 1. On the CPU tier the broken kernel runs and is even accurate.
-    module = triton_aot._load_module(folder / f"{case['lesson']}.py")
+    module = fake_launches.load_module(folder / f"{case['lesson']}.py")
     wrapper = module.tensor_core_attention if case["lesson"] == "05_mma" else module.tiled_attention
     q, k, v = (torch.randn(2, 48, case["head_dim"], dtype=torch.float16, generator=torch.Generator().manual_seed(s))
                for s in range(3))
@@ -183,7 +184,7 @@ def test_the_launch_options_are_read_off_this_triton():
     (3.9 added fpsan_homomorphic_casts); the gate takes this Triton's list, so it specialises as a launch here would."""
     import triton
     from triton import knobs
-    api = triton_aot._triton_api()
+    api = triton_build.triton_api()
     assert api.version == triton.__version__
     assert "instrumentation_mode" in api.options
     assert ("fpsan_homomorphic_casts" in api.options) == hasattr(knobs.compilation, "fpsan_homomorphic_casts")

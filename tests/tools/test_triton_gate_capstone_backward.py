@@ -8,23 +8,23 @@ import torch
 
 from course.kernels import load_triton_module
 from course.tools import triton_gate
-from course.tracks import triton_compile
+from course.tracks import fake_launches, triton_build, triton_compile
 from course.tracks.triton_compile import Matrix, run_gate
 
 
 def test_the_gate_knows_the_capstones_backward():
     assert "08_backward" in triton_compile.LESSONS
     assert triton_gate._lessons(["08_b"]) == ("08_backward",)
-    cases = list(triton_compile._cases("08_backward", Matrix(dtypes=("fp16",), head_dims=(64,), gqa=True)))
+    cases = list(fake_launches.cases("08_backward", Matrix(dtypes=("fp16",), head_dims=(64,), gqa=True)))
     assert cases == [{"dtype": "fp16", "head_dim": 64, "causal": c, **v} for c in (False, True)
                      for v in ({}, {"variant": "GQA"})]
 
 
 def test_a_numbered_block_config_is_labelled_unambiguously():
-    assert triton_compile._config_label({"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32,
+    assert triton_build.config_label({"BLOCK_M1": 32, "BLOCK_N1": 128, "BLOCK_M2": 128, "BLOCK_N2": 32,
                                          "BLOCK_D": 64, "num_warps": 4, "num_stages": 5}) == \
         "M1=32 N1=128 M2=128 N2=32 w4 s5"
-    assert triton_compile._config_label({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}) == \
+    assert triton_build.config_label({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}) == \
         "M64 N32 w8 s2"
 
 
@@ -41,6 +41,6 @@ def test_the_check_configs_compile_for_sm90_without_spills():
     check = load_triton_module("triton/08_backward").check_config
     for r in rows:
         c = check(r.head_dim, torch.float16)["bwd_kernel"]
-        assert r.config == triton_compile._config_label({**c.kwargs, "num_warps": c.num_warps,
+        assert r.config == triton_build.config_label({**c.kwargs, "num_warps": c.num_warps,
                                                          "num_stages": c.num_stages}), r.label
         assert not r.spills and r.regs and r.regs <= 255, r.label

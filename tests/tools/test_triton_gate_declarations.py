@@ -8,14 +8,14 @@ import ast
 
 import pytest
 
-from course.tracks import table, triton_compile
+from course.tracks import fake_launches, table, triton_compile
 from course.tracks.triton_compile import Matrix
 
 
 @pytest.mark.parametrize("stem", triton_compile.LESSONS)
 def test_every_file_the_gate_compiles_declares_how_it_is_called(stem):
     kind, calls = table.gate_declaration(stem)
-    assert kind in {"softmax", *triton_compile._CASE_KINDS}, (stem, kind)
+    assert kind in {"softmax", *fake_launches.CASE_KINDS}, (stem, kind)
     assert calls, stem
     source = (triton_compile.KERNEL_DIR / f"{stem}.py").read_text(encoding="utf-8")
     defined = {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
@@ -25,9 +25,9 @@ def test_every_file_the_gate_compiles_declares_how_it_is_called(stem):
             wrapper_parameters[node.name] = {a.arg for a in node.args.args + node.args.kwonlyargs}
     for call in calls:
         assert call.function in defined, f"{stem}.py defines no {call.function}"
-        assert call.when in triton_compile._WHEN, (stem, call)
+        assert call.when in fake_launches.WHEN, (stem, call)
         for word in call.args + tuple(word for _, word in call.kwargs):
-            assert word == "causal" or word in triton_compile.SHAPES or _literal(word), (stem, word)
+            assert word == "causal" or word in fake_launches.SHAPES or _literal(word), (stem, word)
         for name, _ in call.kwargs:
             assert name in wrapper_parameters[call.function], f"{stem}.py: {call.function} takes no {name}="
 
@@ -50,8 +50,8 @@ def test_each_file_is_called_as_before_the_declarations():
     """What the gate captured from the if/elif on lesson stems it had, case by case: the calls now declared."""
     m = Matrix(dtypes=("fp16",), head_dims=(64,), gqa=True)
     called = {stem: [(tuple(sorted(case)), [c.function for c in table.gate_declaration(stem)[1]
-                                            if triton_compile._WHEN[c.when](case)])
-                     for case in triton_compile._cases(stem, m)] for stem in triton_compile.LESSONS}
+                                            if fake_launches.WHEN[c.when](case)])
+                     for case in fake_launches.cases(stem, m)] for stem in triton_compile.LESSONS}
     assert {stem: sorted({f for _, fs in cases for f in fs}) for stem, cases in called.items()} == {
         "01_naive": ["naive_attention"],
         "02_online_softmax": ["merge", "online_attention", "online_softmax", "partial_states"],
@@ -75,6 +75,6 @@ def test_each_file_is_called_as_before_the_declarations():
 
 def test_a_file_that_declares_nothing_says_where_to_declare_it():
     with pytest.raises(ValueError, match=r"kernels/triton/10_new\.py \(gate_cases on its row"):
-        list(triton_compile._cases("10_new", Matrix()))
+        list(fake_launches.cases("10_new", Matrix()))
     with pytest.raises(ValueError, match=r"kernels/triton/10_new\.py \(gate_calls on its row\)"):
-        triton_compile._call_wrappers(object(), "10_new", {"dtype": "fp16", "head_dim": 64})
+        fake_launches.call_wrappers(object(), "10_new", {"dtype": "fp16", "head_dim": 64})
