@@ -47,7 +47,10 @@ The page it writes (``--out``, docs/benchmarks.md by default) is replaced whole,
 profiler's counters), each naming its own machine and date, are kept until someone removes them.
 
 The pure parts (FLOP counts, ratios, the markdown, and the timing loop, which is given a callable,
-a synchronize function and an event factory) take no GPU and are unit-tested on the CPU.
+a synchronize function and an event factory) take no GPU and are unit-tested on the CPU. What is measured lives in
+:mod:`course.tools.bench_grid`, the page, the console line and the plot in :mod:`course.tools.bench_report`; this
+module runs the kernels, times them, runs the smoke and reads the command line, and the names importers use are all
+reachable from here.
 """
 from __future__ import annotations
 
@@ -60,19 +63,24 @@ import platform
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from course.models import roofline
 from course import tiers
 from course.paths import REPO
 from course.tracks.common import MAX_HEAD_DIM
-from course.tools.timing import (DEFAULT_REPS, FLUSH_BYTES, MAX_REPS, MIN_TOTAL_MS, Timing, cuda_l2_flush,
-                                 forward_flops, measure, tflops)
+from course.tools.bench_grid import (BY_KEY, CUDNN, DEFAULT_DTYPES, DEFAULT_HEAD_DIMS, DEFAULT_HEADS, DEFAULT_SEQ_LENS,
+                                     DEFAULT_TOKENS, DIRECT, DTYPE_ALIASES, DTYPES, FP8, FP8_TOLERANCE, FWD, FWD_BWD,
+                                     KERNELS, LESSON07_BACKWARD, MODE_ALIASES, MODES, OPTIONAL, QUICK_DTYPES,
+                                     QUICK_HEAD_DIMS, QUICK_SEQ_LENS, SDPA, Kernel, Measurement, Shape, disagrees,
+                                     parse_size, peak_tflops, previous_lesson, ratios, size_text, total_flops, vs_cudnn)
+from course.tools.bench_report import KEEP_BELOW, RunInfo, console_line, keep_recorded, render_markdown, write_plot
+from course.tools.timing import (DEFAULT_REPS, MAX_REPS, MIN_TOTAL_MS, Timing, cuda_l2_flush, forward_flops, measure,
+                                 tflops)
 from course.exercises import check
 from course.inputs import Case
 from course.lessons.lesson08 import Fp8Case
@@ -83,455 +91,8 @@ from course.tracks.triton import STEPS, solution
 __all__ = [
     "Kernel", "KERNELS", "Shape", "Measurement", "Timing", "Backend", "Plan", "RunInfo", "measure", "forward_flops",
     "total_flops", "tflops", "peak_tflops", "ratios", "render_markdown", "write_plot", "parse_size", "build_parser",
-    "run_gpu", "run_smoke", "main",
+    "run_gpu", "run_smoke", "main", "previous_lesson", "vs_cudnn", "KEEP_BELOW",
 ]
-
-# ----------------------------------------------------------------------------------------------
-# What is measured
-# ----------------------------------------------------------------------------------------------
-
-FWD, FWD_BWD = "fwd", "fwd+bwd"
-MODES = (FWD, FWD_BWD)
-MODE_NAMES = {FWD: "forward", FWD_BWD: "forward + backward"}
-_MODE_ALIASES = {"fwd": FWD, "forward": FWD, "f": FWD,
-                 "fwd+bwd": FWD_BWD, "fwd_bwd": FWD_BWD, "fwdbwd": FWD_BWD, "forward+backward": FWD_BWD,
-                 "bwd": FWD_BWD, "backward": FWD_BWD}
-
-DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-_DTYPE_ALIASES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-                  "bf16": "bf16", "bfloat16": "bf16",
-                  "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32"}
-
-DEFAULT_DTYPES = ("fp16", "bf16")
-DEFAULT_HEAD_DIMS = (64, 128)
-DEFAULT_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
-QUICK_DTYPES = ("fp16",)
-QUICK_HEAD_DIMS = (64, 128)
-QUICK_SEQ_LENS = (1024, 4096)
-DEFAULT_TOKENS = 16384      # B · N: every N gets the same number of tokens, so B = 16384 / N
-DEFAULT_HEADS = 16
-
-# Output vs SDPA: relative RMS difference above which a kernel is flagged as disagreeing. Two
-# correct kernels differ by their rounding: ~1e-3 relative in fp16, ~8x that in bf16 (3 fewer
-# mantissa bits); a wrong mask or a missed rescale is off by 10% or more.
-DIFF_TOLERANCE = {"fp16": 5e-3, "bf16": 2e-2, "fp32": 5e-3}
-
-
-@dataclass(frozen=True)
-class Kernel:
-    key: str                 # "03" … "08", "sdpa"
-    label: str               # shown in tables and the plot
-    exercise: str | None     # course.tracks.triton step (None: PyTorch's SDPA)
-    applies_to: frozenset    # {(mode, causal)} this kernel can run
-
-    @property
-    def lesson(self) -> int | None:
-        return int(self.key) if self.key.isdigit() else None
-
-    def applies(self, mode: str, causal: bool) -> bool:
-        return (mode, causal) in self.applies_to
-
-
-_FORWARD_PLAIN = frozenset({(FWD, False)})
-_FORWARD_ANY = frozenset({(FWD, False), (FWD, True)})
-_EVERYTHING = frozenset({(m, c) for m in MODES for c in (False, True)})
-
-SDPA = Kernel("sdpa", "SDPA (flash)", None, _EVERYTHING)
-# The second baseline: SDPA's cuDNN backend, the fastest attention a PyTorch user can call on a Hopper GPU.
-# SDPA (flash) stays the reference every output is compared with; cuDNN is compared with it like a lesson kernel.
-CUDNN = Kernel("cudnn", "SDPA (cuDNN)", None, _EVERYTHING)
-BASELINES = (SDPA.key, CUDNN.key)
-KERNELS: tuple[Kernel, ...] = (
-    SDPA,
-    CUDNN,
-    Kernel("03", "03 tiled", "03.tiled_triton", _FORWARD_PLAIN),
-    Kernel("04", "04 pipelined", "04.double_buffer_triton", _FORWARD_PLAIN),
-    Kernel("05", "05 tensor cores", "05.mma_triton", _FORWARD_PLAIN),
-    Kernel("06", "06 causal", "06.causal_triton", _FORWARD_ANY),
-    Kernel("08", "08 flash_attention", "08.flash_attention_triton", _EVERYTHING),
-)
-# Timed only when named (--kernels ...,08d): lesson 08's operator called directly, outside autotune(), as a model
-# calls it: the launch tables of lessons 06 and 07 on a GPU family they name, the check configs elsewhere.
-DIRECT = Kernel("08d", "08 direct call", "08.flash_attention_triton", _EVERYTHING)
-# Lesson 08's fp8 forward (Q, K, V in e4m3, per-head scales): timed by default from the command line, beside the
-# capstone's 16-bit forward; its inputs are quantised once per shape, so the kernel alone is timed. A GPU before
-# sm_89 has no fp8 tensor cores: its rows say so instead of a time.
-FP8 = Kernel("08f", "08 fp8 forward", "08.fp8_forward_triton", _FORWARD_ANY)
-FP8_TOLERANCE = 0.1  # relative RMS against SDPA: e4m3 rounds Q, K, V and P by up to 1/16 each (course.models.fp8)
-# Timed only when named (--kernels ...,08b7): lesson 08's forward with lesson 07's backward (atomic dQ), both autotuned:
-# what the capstone ran before it had its own backward, beside the 08 row's time.
-_BACKWARD_ONLY = frozenset({(FWD_BWD, False), (FWD_BWD, True)})
-LESSON07_BACKWARD = Kernel("08b7", "08 with lesson 07's backward", "08.flash_attention_triton", _BACKWARD_ONLY)
-OPTIONAL: tuple[Kernel, ...] = (DIRECT, FP8, LESSON07_BACKWARD)
-_BY_KEY = {k.key: k for k in KERNELS + OPTIONAL}
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One point of the grid: Q, K, V are (batch, heads, n, d), Nq = Nk = n."""
-
-    dtype: str
-    d: int
-    n: int
-    causal: bool
-    mode: str
-    batch: int
-    heads: int
-
-    @property
-    def group(self) -> tuple[str, int, str, bool]:
-        """Which table (and plot panel) the shape belongs to: everything but N."""
-        return (self.dtype, self.d, self.mode, self.causal)
-
-    def describe(self) -> str:
-        return f"{self.dtype} D={self.d} N={size_text(self.n)} {'causal' if self.causal else 'non-causal'} {self.mode}"
-
-
-@dataclass
-class Measurement:
-    shape: Shape
-    kernel: str                       # Kernel.key
-    ms: float | None = None           # median time of one call; None when it did not run
-    status: str = "ok"                # ok | OOM | out of resources | unsupported | error | skipped
-    detail: str = ""                  # the error, when status is not ok
-    max_abs_diff: float | None = None  # vs SDPA, over every output compared
-    rel_rms_diff: float | None = None
-    worst_output: str = ""            # which output (o, dq, dk, dv) had the largest difference
-    flagged: bool = False             # disagrees with SDPA beyond DIFF_TOLERANCE
-    reps: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and self.ms is not None and self.ms > 0
-
-    @property
-    def tflops(self) -> float | None:
-        return tflops(total_flops(self.shape), self.ms) if self.ok else None
-
-
-# ----------------------------------------------------------------------------------------------
-# FLOPs, ratios, peaks (pure)
-# ----------------------------------------------------------------------------------------------
-
-def total_flops(shape: Shape) -> float:
-    """FLOPs of one call in ``shape.mode``: the forward, or 3.5× it for forward + backward.
-
-    The backward does five matmuls of the forward's size (S again, dV, dP, dQ, dK) against the
-    forward's two: 2.5× the forward, 3.5× for both passes together.
-    """
-    fwd = forward_flops(shape.batch, shape.heads, shape.n, shape.n, shape.d, shape.causal)
-    return fwd * (3.5 if shape.mode == FWD_BWD else 1.0)
-
-
-def peak_tflops(device_name: str, dtype: str) -> float | None:
-    """Dense fp16/bf16 tensor-core peak of the device, where we know it (H100 SXM, H200); else None.
-
-    PCIe and NVL variants run at lower clocks and power, so they are not given the SXM number.
-    """
-    if dtype not in ("fp16", "bf16"):
-        return None
-    name = device_name.upper()
-    if "PCIE" in name or "NVL" in name:
-        return None
-    sxm = roofline.DEVICES["H100 SXM"].peak_tflops_fp16
-    if "H200" in name:
-        return sxm                      # same GH100 die and clocks as the H100 SXM, more memory
-    if "H100" in name and ("SXM" in name or "HBM3" in name):
-        return sxm                      # the SXM part reports itself as "NVIDIA H100 80GB HBM3"
-    return None
-
-
-def previous_lesson(measurements: Sequence[Measurement], m: Measurement) -> Measurement | None:
-    """The measurement of the latest earlier lesson on the same shape (08 → 06 → 05 → 04 → 03)."""
-    lesson = _BY_KEY[m.kernel].lesson
-    if lesson is None:
-        return None
-    earlier = [x for x in measurements
-               if x.shape == m.shape and _BY_KEY[x.kernel].lesson is not None and _BY_KEY[x.kernel].lesson < lesson]
-    return max(earlier, key=lambda x: _BY_KEY[x.kernel].lesson, default=None)
-
-
-def ratios(measurements: Sequence[Measurement], m: Measurement) -> tuple[float | None, float | None]:
-    """(speed vs SDPA, speed vs the previous lesson's kernel) on the same shape; >1 means faster.
-
-    None where either side did not run (or there is no previous lesson for this mode).
-    """
-    if not m.ok:
-        return None, None
-    sdpa = next((x for x in measurements if x.shape == m.shape and x.kernel == SDPA.key), None)
-    vs_sdpa = sdpa.ms / m.ms if (m.kernel != SDPA.key and sdpa is not None and sdpa.ok) else None
-    prev = previous_lesson(measurements, m)
-    vs_prev = prev.ms / m.ms if (prev is not None and prev.ok) else None
-    return vs_sdpa, vs_prev
-
-
-def vs_cudnn(measurements: Sequence[Measurement], m: Measurement) -> float | None:
-    """Speed against SDPA's cuDNN backend on the same shape (>1 is faster); None where either did not run."""
-    if not m.ok or m.kernel in BASELINES:
-        return None
-    cudnn = next((x for x in measurements if x.shape == m.shape and x.kernel == CUDNN.key), None)
-    return cudnn.ms / m.ms if (cudnn is not None and cudnn.ok) else None
-
-
-def disagrees(max_abs: float, rel_rms: float, dtype: str) -> bool:
-    """True when a kernel's output is too far from SDPA's to be rounding (or is not finite)."""
-    if not (math.isfinite(max_abs) and math.isfinite(rel_rms)):
-        return True
-    return rel_rms > DIFF_TOLERANCE.get(dtype, 5e-3)
-
-
-# ----------------------------------------------------------------------------------------------
-# Formatting (pure)
-# ----------------------------------------------------------------------------------------------
-
-def size_text(n: int) -> str:
-    """512 → '512', 1024 → '1k', 16384 → '16k'."""
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
-def parse_size(text: str) -> int:
-    """'512' → 512, '1k' → 1024, '16K' → 16384."""
-    t = text.strip().lower()
-    try:
-        value = int(t[:-1]) * 1024 if t.endswith("k") else int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a length: {text!r} (use e.g. 512, 1k, 16k)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"lengths must be positive; got {text!r}")
-    return value
-
-
-def _fmt_ms(ms: float) -> str:
-    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
-
-
-def _fmt_ratio(r: float | None) -> str:
-    return "—" if r is None else f"{r:.2f}×" if r >= 0.1 else f"{r:.2g}×"
-
-
-def _fmt_tflops(t: float) -> str:
-    return f"{t:.1f}" if t >= 1 else f"{t:.2g}"
-
-
-def _fmt_diff(m: Measurement) -> str:
-    if m.kernel == SDPA.key:
-        return "(reference)"
-    if m.max_abs_diff is None:
-        return "—"
-    text = f"{m.max_abs_diff:.1e}"
-    if m.worst_output and m.worst_output != "o":
-        text += f" ({m.worst_output})"
-    return text + (" ⚠" if m.flagged else "")
-
-
-def _status_cell(m: Measurement) -> str:
-    return {"OOM": "OOM", "out of resources": "out of resources", "unsupported": "unsupported",
-            "skipped": "skipped"}.get(m.status, "error")
-
-
-def row_cells(measurements: Sequence[Measurement], m: Measurement, peak: float | None,
-              with_cudnn: bool = False) -> list[str]:
-    """The table row of one measurement: N, B×H, kernel, ms, TFLOP/s, [% peak], vs SDPA, [vs cuDNN], vs previous,
-    diff."""
-    kernel = _BY_KEY[m.kernel]
-    cells = [size_text(m.shape.n), f"{m.shape.batch}×{m.shape.heads}", kernel.label]
-    if m.ok:
-        vs_sdpa, vs_prev = ratios(measurements, m)
-        tf = m.tflops
-        cells += [_fmt_ms(m.ms), _fmt_tflops(tf)]
-        if peak:
-            cells.append(f"{100 * tf / peak:.1f}%")
-        prev = previous_lesson(measurements, m)
-        prev_text = _fmt_ratio(vs_prev) + (f" (vs {prev.kernel})" if vs_prev is not None else "")
-        cells.append("1.00×" if m.kernel == SDPA.key else _fmt_ratio(vs_sdpa))
-        if with_cudnn:
-            cells.append("1.00×" if m.kernel == CUDNN.key else _fmt_ratio(vs_cudnn(measurements, m)))
-        cells.append(prev_text)
-    else:
-        cells += [_status_cell(m), "—"] + (["—"] if peak else []) + ["—"] * (3 if with_cudnn else 2)
-    cells.append(_fmt_diff(m))
-    return cells
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    return lines
-
-
-def group_title(group: tuple[str, int, str, bool]) -> str:
-    dtype, d, mode, causal = group
-    return f"{dtype} · D = {d} · {'causal' if causal else 'non-causal'} · {MODE_NAMES[mode]}"
-
-
-def _groups(measurements: Sequence[Measurement]) -> dict[tuple, list[Measurement]]:
-    groups: dict[tuple, list[Measurement]] = {}
-    for m in measurements:
-        groups.setdefault(m.shape.group, []).append(m)
-    return groups
-
-
-@dataclass
-class RunInfo:
-    """What the markdown says about where and how the numbers were taken."""
-
-    device: str
-    torch_version: str
-    triton_version: str
-    cuda_version: str | None = None
-    date: str = ""
-    command: str = "python -m course.tools.bench_triton"
-    tokens: int = DEFAULT_TOKENS
-    heads: int = DEFAULT_HEADS
-    min_reps: int = DEFAULT_REPS
-    min_total_ms: float = MIN_TOTAL_MS
-    flush_bytes: int = FLUSH_BYTES
-    plot: str | None = None           # path of the plot, relative to the markdown file
-    notes: list[str] = field(default_factory=list)
-
-
-KEEP_BELOW = "<!-- Recorded beside the benchmark: bench_triton keeps what follows when it rewrites the page. -->"
-
-
-def keep_recorded(new_page: str, old_page: str | None) -> str:
-    """The page to write: the new run's page, then ``KEEP_BELOW`` and what followed it in the old page (if any)."""
-    if not old_page or KEEP_BELOW not in old_page:
-        return new_page
-    return new_page.rstrip("\n") + "\n\n" + KEEP_BELOW + old_page.split(KEEP_BELOW, 1)[1]
-
-
-def render_markdown(measurements: Sequence[Measurement], info: RunInfo) -> str:
-    """The whole results page: header, method, one table per (dtype, D, mode, causal)."""
-    peaks = {m.shape.dtype: peak_tflops(info.device, m.shape.dtype) for m in measurements}
-    known = sorted({p for p in peaks.values() if p})
-    lines = [
-        "# Benchmarks: the Triton track against PyTorch SDPA (flash backend)",
-        "",
-        f"Written by `{info.command}`; do not edit by hand (run it again on a GPU instead).",
-        "",
-        f"- Device: **{info.device}**" + (f" (dense fp16/bf16 peak taken as {known[0]:g} TFLOP/s)" if known else
-                                          " (peak unknown to the benchmark: no % of peak column)"),
-        f"- torch {info.torch_version}" + (f" (CUDA {info.cuda_version})" if info.cuda_version else "") +
-        f", triton {info.triton_version}",
-        f"- Date: {info.date}",
-        f"- Shapes: Q, K, V of (B, H, N, D) with B·N = {info.tokens} tokens (B = {info.tokens} / N), "
-        f"H = {info.heads}, Nq = Nk = N; scale 1/√D; inputs standard normal.",
-        "",
-        "## Method",
-        "",
-        "- Every kernel runs in one process on the same inputs as `torch.nn.functional.scaled_dot_product_attention` "
-        "under `sdpa_kernel(SDPBackend.FLASH_ATTENTION)` (SDPA runs first on each shape). Where the table has a "
-        "`vs cuDNN` column, SDPA under `SDPBackend.CUDNN_ATTENTION` ran too, as a second baseline "
-        "(unsupported: its backend refused the input).",
-        "- Before timing, each kernel's outputs (O; for forward + backward also dQ, dK, dV) are compared with SDPA's: "
-        "the column gives the max abs difference (and which output, when not O); ⚠ marks a relative RMS difference above "
-        + ", ".join(f"{v:g} ({k})" for k, v in DIFF_TOLERANCE.items() if k in {m.shape.dtype for m in measurements})
-        + ", more than rounding explains.",
-        "- Timing: one untimed call (Triton compiles and autotunes each new shape on its first call), warm-up runs "
-        f"that estimate the run time, then at least {info.min_reps} runs and at least {info.min_total_ms:g} ms in "
-        f"total. Before every run {info.flush_bytes // 2**20} MB are written to flush the L2 cache; each run is "
-        "bracketed by CUDA events; the table gives the **median**.",
-        "- FLOPs: forward 4·B·H·Nq·Nk·D, halved when causal; forward + backward 3.5× the forward. "
-        "TFLOP/s = FLOPs / median time.",
-        "- `vs SDPA` and `vs previous` are speed ratios (their time / this kernel's time): above 1 is faster. "
-        "The previous lesson is the latest earlier lesson measured on the same shape.",
-        "- Lessons 03-05 have no mask, so they run forward non-causal only; 06 runs forward; 08 (06's forward with "
-        "the capstone's own backward, kernels/triton/08_backward.py, as an autograd Function; both autotuned) runs "
-        "everything. Lesson 07 has no row of its own (see 08 with lesson 07's backward, when it was timed).",
-        "- Lesson 01's naive kernel and lesson 02's one-sweep kernel are not in the tables: they take one (N, D) head "
-        "and every query row reads all of K and V (lesson 01 reads K twice), so beyond small N a single call takes "
-        "minutes.",
-        "- OOM: the GPU ran out of memory for that shape; out of resources: the kernel needs more shared memory or "
-        "registers than the GPU has; unsupported: SDPA's flash backend refused the input.",
-    ]
-    if any(m.kernel == DIRECT.key for m in measurements):
-        lines.append("- 08 direct call: the same operator called outside `autotune()`, as a model calls it: the launch "
-                     "tables of lessons 06 and 07 (`LAUNCH_TABLE`) where they name this GPU, the check configs elsewhere; "
-                     "nothing is tuned or timed at call time.")
-    if any(m.kernel == LESSON07_BACKWARD.key for m in measurements):
-        lines.append("- 08 with lesson 07's backward: the same forward, with lesson 07's backward (atomic dQ, its kernels "
-                     "autotuned over lesson 07's lists, the dQ buffer zeroed before every trial) in place of the "
-                     "capstone's own: the two backwards side by side, on the same inputs.")
-    if any(m.kernel == FP8.key for m in measurements):
-        lines.append("- 08 fp8 forward: lesson 08's fp8 kernel on Q, K, V quantised to e4m3 per head once per shape (the "
-                     "kernel alone is timed; O in float16); its output is compared with SDPA's within a relative RMS of "
-                     f"{FP8_TOLERANCE:g}, what 8-bit operands allow. A GPU before sm_89 has no fp8 tensor cores.")
-    for note in info.notes:
-        lines.append(f"- {note}")
-    if info.plot:
-        lines += ["", f"![TFLOP/s against N for every kernel]({info.plot})"]
-    with_cudnn = any(m.kernel == CUDNN.key for m in measurements)
-    for group, members in _groups(measurements).items():
-        peak = peak_tflops(info.device, group[0])
-        header = ["N", "B×H", "kernel", "ms", "TFLOP/s"] + (["% of peak"] if peak else []) + \
-                 ["vs SDPA"] + (["vs cuDNN"] if with_cudnn else []) + ["vs previous", "max abs diff vs SDPA"]
-        lines += ["", f"## {group_title(group)}", ""]
-        lines += _table(header, [row_cells(measurements, m, peak, with_cudnn) for m in members])
-    errors = [m for m in measurements if m.status not in ("ok", "skipped") and m.detail]
-    if errors:
-        lines += ["", "## Errors", ""]
-        lines += [f"- {m.shape.describe()}, {_BY_KEY[m.kernel].label}: {m.status}: {m.detail}" for m in errors]
-    return "\n".join(lines) + "\n"
-
-
-def console_line(measurements: Sequence[Measurement], m: Measurement, peak: float | None) -> str:
-    """One line per measurement while the benchmark runs."""
-    head = f"{m.shape.describe():<36} {_BY_KEY[m.kernel].label:<19}"
-    if not m.ok:
-        return f"{head} {m.status}" + (f": {m.detail}" if m.detail else "")
-    vs_sdpa, vs_prev = ratios(measurements, m)
-    parts = [f"{_fmt_ms(m.ms):>8} ms", f"{_fmt_tflops(m.tflops):>7} TFLOP/s"]
-    if peak:
-        parts.append(f"{100 * m.tflops / peak:5.1f}% peak")
-    if m.kernel != SDPA.key:
-        parts.append(f"{_fmt_ratio(vs_sdpa)} SDPA")
-        if m.kernel != CUDNN.key and vs_cudnn(measurements, m) is not None:
-            parts.append(f"{_fmt_ratio(vs_cudnn(measurements, m))} cuDNN")
-        parts.append(f"{_fmt_ratio(vs_prev)} prev")
-        if m.max_abs_diff is not None:
-            parts.append(f"max|Δ| {m.max_abs_diff:.1e} rel {m.rel_rms_diff:.1e}" + (" ⚠ DISAGREES" if m.flagged else ""))
-    return f"{head} " + "  ".join(parts)
-
-
-def write_plot(measurements: Sequence[Measurement], path: Path, device: str = "") -> bool:
-    """TFLOP/s against N, one line per kernel, one panel per (dtype, D, mode, causal). False if nothing ran."""
-    groups = {g: ms for g, ms in _groups(measurements).items() if any(m.ok for m in ms)}
-    if not groups:
-        return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(4, len(groups))
-    rows = math.ceil(len(groups) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
-    colors = {k.key: f"C{i}" for i, k in enumerate(KERNELS + OPTIONAL)}
-    for ax, (group, members) in zip(axes.flat, groups.items()):
-        for kernel in KERNELS + OPTIONAL:
-            points = sorted((m.shape.n, m.tflops) for m in members if m.kernel == kernel.key and m.ok)
-            if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=colors[kernel.key],
-                        linestyle="--" if kernel.key in BASELINES else "-", label=kernel.label)
-        ns = sorted({m.shape.n for m in members})
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ns, [size_text(n) for n in ns])
-        ax.minorticks_off()
-        ax.set_ylim(bottom=0)
-        ax.set_title(group_title(group), fontsize=9)
-        ax.set_xlabel("N")
-        ax.set_ylabel("TFLOP/s")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(groups):]:
-        ax.axis("off")
-    if device:
-        fig.suptitle(device)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
 
 # ----------------------------------------------------------------------------------------------
 # The GPU run
@@ -886,14 +447,14 @@ def _list(parse: Callable[[str], Any]) -> Callable[[str], list]:
 
 
 def _dtype(text: str) -> str:
-    key = _DTYPE_ALIASES.get(text.strip().lower())
+    key = DTYPE_ALIASES.get(text.strip().lower())
     if key is None:
         raise argparse.ArgumentTypeError(f"unknown dtype {text!r}; use fp16, bf16 or fp32")
     return key
 
 
 def _mode(text: str) -> str:
-    key = _MODE_ALIASES.get(text.strip().lower())
+    key = MODE_ALIASES.get(text.strip().lower())
     if key is None:
         raise argparse.ArgumentTypeError(f"unknown mode {text!r}; use fwd or fwd+bwd")
     return key
@@ -919,8 +480,8 @@ _positive = _whole_number("whole number", 1)
 
 def _kernel_key(text: str) -> str:
     key = text.strip().lower()
-    if key not in _BY_KEY:
-        raise argparse.ArgumentTypeError(f"unknown kernel {text!r}; use {', '.join(_BY_KEY)}")
+    if key not in BY_KEY:
+        raise argparse.ArgumentTypeError(f"unknown kernel {text!r}; use {', '.join(BY_KEY)}")
     return key
 
 
@@ -1069,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"{len(failed)} measurement(s) failed or disagreed with SDPA:")
         for m in failed:
-            print(f"  {m.shape.describe()} {_BY_KEY[m.kernel].label}: {m.detail or 'output differs from SDPA'}")
+            print(f"  {m.shape.describe()} {BY_KEY[m.kernel].label}: {m.detail or 'output differs from SDPA'}")
         return 1
     return 130 if interrupted else 0
 

@@ -356,7 +356,7 @@ def test_the_direct_call_row_is_timed_only_when_named_and_never_autotunes(monkey
     monkeypatch.setattr(bench.triton_track, "solution", lambda row, tuned=False: asked.append((row.id, tuned)) or
                         (lambda q, k, v, causal: "o"))
     for key in ("08", "08d"):
-        assert bench._load_lesson(bench._BY_KEY[key])(None, None, None, True) == "o"
+        assert bench._load_lesson(bench.BY_KEY[key])(None, None, None, True) == "o"
     assert asked == [("08.flash_attention_triton", True), ("08.flash_attention_triton", False)]
     s = _shape(causal=True)
     page = bench.render_markdown([Measurement(s, "sdpa", ms=2.0), Measurement(s, "08d", ms=1.0)],

@@ -24,7 +24,7 @@ def test_the_lesson07_backward_row_runs_only_when_named_and_only_with_a_backward
     assert "08b7" not in [k.key for k in _parse(["--leaderboard"]).kernels]
     assert [k.key for k in _parse(["--leaderboard", "--kernels", "08b7"]).kernels] == ["sdpa", "cudnn", "08", "08b7"]
     assert [k.key for k in _parse(["--kernels", "08,08b7"]).kernels] == ["sdpa", "08", "08b7"]
-    row = bench._BY_KEY["08b7"]
+    row = bench.BY_KEY["08b7"]
     assert row.applies(bench.FWD_BWD, True) and row.applies(bench.FWD_BWD, False)
     assert not row.applies(bench.FWD, True)
 
@@ -37,7 +37,7 @@ def test_both_backwards_give_the_oracles_gradients_through_the_same_forward():
     outputs = {}
     for key in ("08", "08b7"):
         leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        o = bench._load_lesson(bench._BY_KEY[key])(*leaves, True)
+        o = bench._load_lesson(bench.BY_KEY[key])(*leaves, True)
         outputs[key] = (o.detach(), *torch.autograd.grad(o, leaves, do))
     assert torch.equal(outputs["08"][0], outputs["08b7"][0])
     for ours, theirs in zip(outputs["08"][1:], outputs["08b7"][1:]):

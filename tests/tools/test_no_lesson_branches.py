@@ -143,10 +143,12 @@ def test_the_modules_that_now_read_declarations_stay_clean():
     """The compile gates, the grader's tiles, the CUDA ladder, the launchers' steps, the technique probes of the
     Triton checks, the Triton benchmark's calls and smoke cases and the NaN hint: moved to declarations."""
     found = _scan()
-    for module in ("course/tracks/triton_compile.py", "course/grading/kernel_steps.py", "course/tools/bench_cuda.py",
+    for module in ("course/tracks/triton_compile.py", "course/tracks/fake_launches.py", "course/tracks/triton_build.py",
+                   "course/tracks/compile_server.py", "course/grading/kernel_steps.py", "course/tools/bench_cuda.py",
                    "course/grading/compare_attention.py", "course/grading/checks.py", "course/tracks/cuda.py",
                    "course/tracks/metal.py", "course/tracks/triton_answer.py", "course/grading/counters.py",
-                   "course/tools/bench_triton.py", "course/track_choice.py", "course/slides/decks.py",
+                   "course/tools/bench_triton.py", "course/tools/bench_grid.py",
+                   "course/tools/bench_report.py", "course/track_choice.py", "course/slides/decks.py",
                    "course/tools/bench_simt.py", "course/tools/sweep_backward.py", "course/grading/techniques.py",
                    "course/grading/measuring.py", "course/grading/causal_tiles.py", "course/grading/causal_masks.py",
                    "course/grading/matrix_units.py", "course/grading/pipelining.py"):
