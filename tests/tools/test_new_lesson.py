@@ -24,10 +24,6 @@ from pathlib import Path
 
 import pytest
 
-# Slow: the tools run as a learner and an instructor run them, nbgrader's release and the real compilers included
-# (about a minute and a half on two cores, the release and the CUDA C check the longest).
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "new_lesson"
 ASSIGNMENT = "10_one_row"
@@ -105,6 +101,11 @@ def ok(result: subprocess.CompletedProcess) -> str:
     return result.stdout
 
 
+# Slow, the tests that run the tools on a copy: they run as a learner and an instructor run them, nbgrader's release and
+# the real compilers included (about a minute and a half on two cores, the release and the CUDA C check the longest).
+slow = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def course_copy(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("course")
@@ -128,6 +129,7 @@ def test_a_lesson_is_the_number_of_files_the_readme_says(tmp_path):
                                                   f"{len(written)}: {', '.join(sorted(written))}")
 
 
+@slow
 def test_the_release_builds_the_student_notebook(course_copy):
     ok(run_in(course_copy, "-m", "autograder", "release", ASSIGNMENT))
     released = json.loads((course_copy / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text(encoding="utf-8"))
@@ -136,12 +138,14 @@ def test_the_release_builds_the_student_notebook(course_copy):
     assert "%%cuda one_row_cuda" in text and "%%metal one_row_metal" in text
 
 
+@slow
 @pytest.mark.parametrize("track", list(TRACK_FILES))
 def test_course_run_checks_each_track(course_copy, track):
     out = ok(run_in(course_copy, "-m", "course", "run", "10", "--track", track, "--no-timing"))
     assert f"10.{STEP}_{track}" in out, out
 
 
+@slow
 def test_the_python_exercise_and_its_hints_are_the_course_s(course_copy):
     out = ok(run_in(course_copy, "-c", (
         "import course\n"
@@ -152,12 +156,14 @@ def test_the_python_exercise_and_its_hints_are_the_course_s(course_copy):
     assert "One program owns one query row" in out, out
 
 
+@slow
 def test_the_compile_gate_compiles_the_triton_file(course_copy):
     out = ok(run_in(course_copy, "-m", "course.tools.triton_gate", "--lessons", "10_one_row", *GATE_ONE_COMPILE))
     done = re.search(r"(\d+)/(\d+) compiles succeeded", out)
     assert "10_one_row" in out and done and done.group(1) == done.group(2) != "0", out
 
 
+@slow
 def test_the_benchmark_smoke_runs_the_step(course_copy):
     """The benchmark's smoke (what `make bench` runs without a GPU), on lesson 10's Triton step alone: the whole smoke
     takes half a minute on this machine's two cores, and its other steps are the course's own tests' business."""
@@ -169,6 +175,7 @@ def test_the_benchmark_smoke_runs_the_step(course_copy):
     assert f"10.{STEP}_triton: 1 case passed" in out and "1 of 1 steps passed" in out, out
 
 
+@slow
 def test_the_slides_build_the_lesson_deck(course_copy, tmp_path):
     ok(run_in(course_copy, "-m", "course.slides", "10", "--no-pdf", "--out", str(tmp_path)))
     manifest = json.loads((tmp_path / "manifest.json").read_text(encoding="utf-8"))
@@ -180,6 +187,7 @@ def test_the_slides_build_the_lesson_deck(course_copy, tmp_path):
     assert deck["html"] in (tmp_path / "index.html").read_text(encoding="utf-8"), "the slides' index misses lesson 10"
 
 
+@slow
 def test_the_tier_report_counts_the_lesson(course_copy):
     out = ok(run_in(course_copy, "-m", "course", "doctor"))
     tracks = next(line for line in out.splitlines() if line.startswith("Tracks you can work in here"))
@@ -187,6 +195,7 @@ def test_the_tier_report_counts_the_lesson(course_copy):
         assert re.search(rf"{track} \(lessons [^)]*\b10\)", tracks), tracks
 
 
+@slow
 def test_the_wrong_answer_corpus_holds_the_lesson_and_its_entry_fails(course_copy):
     out = ok(run_in(course_copy, "-c", (
         "import nbformat, course\n"
@@ -207,6 +216,7 @@ def test_the_wrong_answer_corpus_holds_the_lesson_and_its_entry_fails(course_cop
     assert "failed:" in out and "multiply by the heads too" in out, out
 
 
+@slow
 def test_a_lesson_that_forgets_its_gate_calls_is_told(tmp_path):
     """The negative case: lesson 10's Triton row without its compile-gate declaration fails the gate with a sentence
     that names what to declare."""
@@ -217,3 +227,31 @@ def test_a_lesson_that_forgets_its_gate_calls_is_told(tmp_path):
     assert result.returncode != 0, said
     assert "declares no compile-gate cases for kernels/triton/10_one_row.py (gate_cases on its row" in said, said
     assert "Traceback" not in said, said
+
+
+# ---- the rows a lesson module declares, read without importing it -------------------------------------------------
+
+
+def test_the_rows_a_lesson_declares_are_rows_of_the_table(tmp_path):
+    from course.tracks import table
+    (tmp_path / "lesson10.py").write_text((FIXTURE / "lesson10.py").read_text(encoding="utf-8"), encoding="utf-8")
+    rows = table.lesson_rows(tmp_path)
+    assert [row.id for row in rows] == [f"10.{STEP}_triton", f"10.{STEP}_cuda", f"10.{STEP}_metal"]
+    triton, cuda, _ = rows
+    assert triton.gate_cases == "forward" and triton.gate_calls == (table.GateCall("naive_attention", ("row",) * 3),)
+    assert triton.smoke_case == {"n_q": 9, "n_k": 9, "d": 16} and not triton.key_blocks
+    assert cuda.options == {"layout": "naive"} and cuda.kernel_file == TRACK_FILES["cuda"]
+
+
+@pytest.mark.parametrize("declared, said", [
+    ('KERNEL_ROWS = (dict(track="cuda", step="s", entry="k"),)', "must hold literals only"),
+    ('KERNEL_ROWS = ({"track": "cuda", "step": "s"},)', "has no 'entry'"),
+    ('KERNEL_ROWS = ({"track": "tpu", "step": "s", "entry": "k"},)', "names the track 'tpu'"),
+])
+def test_a_row_the_table_cannot_read_is_a_sentence(tmp_path, declared, said):
+    from course.errors import CourseError
+    from course.tracks import table
+    (tmp_path / "lesson11.py").write_text(declared + "\n", encoding="utf-8")
+    with pytest.raises(CourseError, match=re.escape(said)) as raised:
+        table.lesson_rows(tmp_path)
+    assert str(raised.value).startswith("course/lessons/lesson11.py: ")
