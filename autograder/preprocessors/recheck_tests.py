@@ -365,7 +365,10 @@ class RecheckTests(NbGraderPreprocessor):
             # Fail closed: the notebook's own test cells (nbgrader restored the instructor's) lose what they earned.
             job = build_job(nb, nb)
             strip_recordings(nb)
-            return job, Recheck(problem=f"the grader could not read the instructor's notebook {path} ({exc})",
+            # The reason reaches the student's feedback: the course directory's layout, not this machine's paths.
+            shown = f"source/{info['assignment']}/{path.name}"
+            return job, Recheck(problem=f"the grader could not read the instructor's notebook {shown} "
+                                        f"({type(exc).__name__})",
                                 kept=tuple(job["kept"]), failed_before=tuple(job["failed_before"]))
         job = build_job(source, nb)
         strip_recordings(nb)
