@@ -19,7 +19,7 @@ import pytest
 
 import course
 import course.exercises
-from autograder.corpora.cheating import SPECIALISED_EXERCISES, _cells, specialisation_cheats
+from autograder.corpora.cheating import SPECIALISED_EXERCISES, cell_sources, specialisation_cheats
 from course.errors import CheckFailed
 from course.inputs import Case
 from course.tracks import triton_answer
@@ -101,7 +101,7 @@ def test_every_spelling_of_that_question_is_refused(spelling, tmp_path, capsys):
 def test_the_course_kernel_passes_and_each_launch_it_runs_is_compiled_once(tmp_path, monkeypatch, capsys):
     """A learner's copy of the course's lesson-06 kernel: every launch of the check is compiled (causal and not;
     the gate's own launch is neither of these), each distinct one once, and none is refused."""
-    source = "# my copy\n" + _cells(course.paths.REPO, "solutions", "06_causal_masking")["causal_kernel_triton"]
+    source = "# my copy\n" + cell_sources(course.paths.REPO, "solutions", "06_causal_masking")["causal_kernel_triton"]
     row, answer = _answer(tmp_path, source, "06.causal_triton")
     cases = [Case(9, 17, 16, causal=True, seed=1), Case(9, 17, 16, causal=False, seed=2),
              Case(9, 17, 16, causal=True, seed=3)]
