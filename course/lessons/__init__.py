@@ -9,7 +9,8 @@ lesson is one new module. Nothing is put anywhere by importing a lesson: ``cours
 sits below the lessons (course.grading.recheck, course.grading.answer_process), are handed what they need by their
 entry points (``python -m course recheck`` / ``answer-process``, course.__main__), which call :func:`load`.
 
-Beside them, what a lesson's checks run on: the capstone's probes (lesson 08, ``capstone``), and lesson 09's dataflow
+Beside them, lesson 08's fp8 half (``lesson08_fp8``, declared by ``lesson08``), and what a lesson's checks run on: the
+capstone's probes (lesson 08, ``capstone``), and lesson 09's dataflow
 machine (``dataflow``: the TT-Lang simulator and how the course runs on it; ``dst``: the DST register census;
 ``tt_answer``: reading a learner's TT-Lang answer).
 """

@@ -83,7 +83,7 @@ from course.tools.timing import (DEFAULT_REPS, MAX_REPS, MIN_TOTAL_MS, Timing, c
                                  tflops)
 from course.exercises import check
 from course.inputs import Case
-from course.lessons.lesson08 import Fp8Case
+from course.lessons.lesson08_fp8 import Fp8Case
 from course.tracks import table
 from course.tracks import triton as triton_track
 from course.tracks.triton import STEPS, solution

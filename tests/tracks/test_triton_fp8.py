@@ -8,7 +8,7 @@ import torch
 import course
 from course.errors import CheckFailed
 from course.kernels import kernel_path, load_triton_module
-from course.lessons.lesson08 import Fp8Case
+from course.lessons.lesson08_fp8 import Fp8Case
 from course.models import fp8
 from course.tracks import triton as triton_track
 from course.tracks.triton_compile import Matrix, run_gate
@@ -78,7 +78,7 @@ def test_the_interpreters_fp8_cast_is_why_the_kernel_rounds_first(tmp_path):
     assert text.count("ROUND_FIRST=tiers.triton_interpreted()") == 1
     plain = tmp_path / "08_fp8_forward.py"
     plain.write_text(text.replace("ROUND_FIRST=tiers.triton_interpreted()", "ROUND_FIRST=False"))
-    from course.lessons.lesson08 import _fp8_forward  # the check itself: course.check would launch with the course's wrapper
+    from course.lessons.lesson08_fp8 import _fp8_forward  # the check itself: course.check would launch with the course's wrapper
     with pytest.raises(CheckFailed, match="wrong O"):
         _fp8_forward(triton_track.solution(row, str(plain)))
     assert module.FP8_DTYPES == (torch.float8_e4m3fn, torch.float8_e5m2)

@@ -80,7 +80,7 @@ def _options(config) -> dict:
     return {k: v for k, v in config.all_kwargs().items() if k.isupper() or k in ("num_warps", "num_stages")}
 
 
-from course.lessons.lesson08 import Fp8Case  # noqa: E402  (the fp8 forward's cases: quantised heads)
+from course.lessons.lesson08_fp8 import Fp8Case  # noqa: E402  (the fp8 forward's cases: quantised heads)
 
 # One small case per step, odd sizes, in the dtype whose check config differs most from the other.
 CHECK_CASES = {
