@@ -1,13 +1,14 @@
 """A new lesson is its own files: added to a copy of the course, every tool picks it up.
 
-The copy holds the repository's files (those git tracks or would); lesson 10 is added to it from ``tests/tools/new_lesson/``: its module
-(``course/lessons/lesson10.py``: a Python exercise and one kernel step, whose rows of the kernel table it declares as
-``KERNEL_ROWS``), its solution notebook, its kernel file in Triton, CUDA C and Metal (lesson 01's naive kernel under a
-new name, which every tool of the course accepts), its wrong answers, and its row of the README's lessons table. No
-other file changes. Then, in the copy, each tool runs in a process of its own and must list, check or build lesson 10:
-the release (nbgrader's generate_assignment), ``python -m course run`` on each track, the Triton compile gate, the
-benchmark's smoke, the slides, the tier report (``python -m course doctor``) and the wrong-answer corpus. The README
-says how many files a lesson takes; the test counts them.
+The copy holds the repository's files (those git tracks or would); lesson 10 is added to it from
+``tests/tools/new_lesson/``: its module (``course/lessons/lesson10.py``: a Python exercise and one kernel step, whose
+rows of the kernel table it declares as ``KERNEL_ROWS``), its solution notebook, its kernel file in Triton, CUDA C and
+Metal (lesson 01's naive kernel under a new name, which every tool of the course accepts), its wrong answers, and its
+row of the README's lessons table. No other file changes. Then, in the copy, each tool runs in a process of its own
+and must list, check or build lesson 10: the release (nbgrader's generate_assignment), ``python -m course run`` on each
+track, the Triton compile gate, the benchmark's smoke, the slides, the tier report (``python -m course doctor``), the
+wrong-answer corpus, and the project's own quick tests of what every lesson must have. The README says how many files
+a lesson takes; the test counts them.
 
 A lesson that leaves something undeclared is told so: a copy whose lesson 10 declares no compile-gate calls for its
 Triton file fails the gate with a sentence naming them.
@@ -112,6 +113,8 @@ def course_copy(tmp_path_factory) -> Path:
     copy_course(root)
     add_lesson(root)
     ok(run_in(root, "-m", "course", "sync"))  # the notebook's kernel cells, from the kernel files
+    # The release, as an instructor runs it: the student notebook, which the corpus's tests read too.
+    ok(run_in(root, "-m", "autograder", "release", ASSIGNMENT))
     return root
 
 
@@ -131,7 +134,6 @@ def test_a_lesson_is_the_number_of_files_the_readme_says(tmp_path):
 
 @slow
 def test_the_release_builds_the_student_notebook(course_copy):
-    ok(run_in(course_copy, "-m", "autograder", "release", ASSIGNMENT))
     released = json.loads((course_copy / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text(encoding="utf-8"))
     text = "\n".join("".join(cell["source"]) for cell in released["cells"])
     assert "YOUR CODE HERE" in text and "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
@@ -212,8 +214,24 @@ def test_the_wrong_answer_corpus_holds_the_lesson_and_its_entry_fails(course_cop
         "    course.check('10.programs', space['programs'])\n"
         "except CheckFailed as failed:\n"
         "    print('failed:', failed)\n")))
-    assert "modules autograder.corpora.wrong.lesson10 1" in out, out
+    assert re.search(r"modules autograder\.corpora\.wrong\.lesson10 (\d+)", out), out
     assert "failed:" in out and "multiply by the heads too" in out, out
+
+
+# The project's own quick tests of what every lesson must have, run on the copy: the table's naming rules, the kernel
+# files' layout, the README's layout, no lesson named in shared code, every exercise's hint ladder, the corpus's
+# coverage (three wrong answers a cell; that each fails its check is the corpus's slow test, a minute for lesson 10).
+COURSE_RULES = ("tests/tracks/test_table.py", "tests/tracks/test_kernel_layout.py", "tests/tools/test_readme_layout.py",
+                "tests/tools/test_no_lesson_branches.py",
+                "tests/course/test_hint_ladder.py::test_every_graded_exercise_has_a_ladder_of_at_least_three_rungs",
+                "tests/grading/test_wrong_corpus.py")
+
+
+@slow
+def test_the_course_s_own_rules_hold_for_the_lesson(course_copy):
+    out = ok(run_in(course_copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not browser",
+                    *COURSE_RULES, timeout=600))
+    assert re.search(r"\d+ passed", out) and "failed" not in out, out[-3000:]
 
 
 @slow

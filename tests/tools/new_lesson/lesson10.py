@@ -53,7 +53,9 @@ _ONE_ROW = (
 )
 
 LADDERS = (
-    ladder("10.programs", "One program per query row.", "Rows: batch × heads × Nq.", cell="10_one_row/programs"),
+    ladder("10.programs", "One program per query row: how many query rows are there?",
+           "Every head of every sequence in the batch has its own Nq query rows.",
+           "`return batch * heads * n_q`.", cell="10_one_row/programs"),
     *step_ladders("10", "one_row", _ONE_ROW, {"triton": "Mask the keys past n_keys with -inf.",
                                               "cuda": "Return early for rows past n_q.",
                                               "metal": "Return early for rows past n_q."}),
