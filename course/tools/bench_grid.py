@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 
 from course.models import roofline
+from course.tracks import table
 from course.tools.timing import forward_flops, tflops
 
 
@@ -70,27 +71,34 @@ SDPA = Kernel("sdpa", "SDPA (flash)", None, _EVERYTHING)
 # SDPA (flash) stays the reference every output is compared with; cuDNN is compared with it like a lesson kernel.
 CUDNN = Kernel("cudnn", "SDPA (cuDNN)", None, _EVERYTHING)
 BASELINES = (SDPA.key, CUDNN.key)
-KERNELS: tuple[Kernel, ...] = (
-    SDPA,
-    CUDNN,
-    Kernel("03", "03 tiled", "03.tiled_triton", _FORWARD_PLAIN),
-    Kernel("04", "04 pipelined", "04.double_buffer_triton", _FORWARD_PLAIN),
-    Kernel("05", "05 tensor cores", "05.mma_triton", _FORWARD_PLAIN),
-    Kernel("06", "06 causal", "06.causal_triton", _FORWARD_ANY),
-    Kernel("08", "08 flash_attention", "08.flash_attention_triton", _EVERYTHING),
-)
-# Timed only when named (--kernels ...,08d): lesson 08's operator called directly, outside autotune(), as a model
-# calls it: the launch tables of lessons 06 and 07 on a GPU family they name, the check configs elsewhere.
-DIRECT = Kernel("08d", "08 direct call", "08.flash_attention_triton", _EVERYTHING)
-# Lesson 08's fp8 forward (Q, K, V in e4m3, per-head scales): timed by default from the command line, beside the
-# capstone's 16-bit forward; its inputs are quantised once per shape, so the kernel alone is timed. A GPU before
-# sm_89 has no fp8 tensor cores: its rows say so instead of a time.
-FP8 = Kernel("08f", "08 fp8 forward", "08.fp8_forward_triton", _FORWARD_ANY)
+
+# What a step can be timed on follows how the benchmark calls it (its row's bench_call).
+_SCOPE_OF_CALL = {"qkv": _FORWARD_PLAIN, "qkv_causal": _FORWARD_ANY, "": _EVERYTHING, "fp8": _FORWARD_ANY}
+
+
+def _declared() -> tuple[Kernel, ...]:
+    """A kernel for every Triton step whose row declares ``bench_ladder``, in the table's order."""
+    return tuple(Kernel(row.bench_ladder[0], row.bench_ladder[1], row.id, _SCOPE_OF_CALL[row.bench_call])
+                 for row in table.exercises(track="triton") if row.bench_ladder)
+
+
+_STEPS = _declared()
+# The fp8 forward (Q, K, V in e4m3, per-head scales; bench_call "fp8"): timed by default from the command line but kept
+# off the ladder: its inputs are quantised once per shape, so the kernel alone is timed, its output is compared with a
+# tolerance of its own, and a GPU before sm_89 has no fp8 tensor cores (its rows say so instead of a time).
+FP8 = next(k for k in _STEPS if table.exercise(k.exercise).bench_call == "fp8")
 FP8_TOLERANCE = 0.1  # relative RMS against SDPA: e4m3 rounds Q, K, V and P by up to 1/16 each (course.models.fp8)
-# Timed only when named (--kernels ...,08b7): lesson 08's forward with lesson 07's backward (atomic dQ), both autotuned:
-# what the capstone ran before it had its own backward, beside the 08 row's time.
+KERNELS: tuple[Kernel, ...] = (SDPA, CUDNN, *(k for k in _STEPS if k is not FP8))
+# The step the leaderboard shape times (its row declares bench_leaderboard): the capstone's operator.
+LEADER = next(k for k in _STEPS if table.exercise(k.exercise).bench_leaderboard)
+# Timed only when named (--kernels ...,08d): the leader called directly, outside autotune(), as a model calls it:
+# the launch tables of lessons 06 and 07 on a GPU family they name, the check configs elsewhere.
+DIRECT = Kernel(f"{LEADER.key}d", f"{LEADER.label.split()[0]} direct call", LEADER.exercise, LEADER.applies_to)
+# Timed only when named (--kernels ...,08b7): the leader's forward with lesson 07's backward (atomic dQ), both
+# autotuned: what the capstone ran before it had its own backward, beside the leader's time.
 _BACKWARD_ONLY = frozenset({(FWD_BWD, False), (FWD_BWD, True)})
-LESSON07_BACKWARD = Kernel("08b7", "08 with lesson 07's backward", "08.flash_attention_triton", _BACKWARD_ONLY)
+LESSON07_BACKWARD = Kernel(f"{LEADER.key}b7", f"{LEADER.label.split()[0]} with lesson 07's backward", LEADER.exercise,
+                           _BACKWARD_ONLY)
 OPTIONAL: tuple[Kernel, ...] = (DIRECT, FP8, LESSON07_BACKWARD)
 BY_KEY = {k.key: k for k in KERNELS + OPTIONAL}
 

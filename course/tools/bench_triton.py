@@ -75,7 +75,7 @@ from course.paths import REPO
 from course.tracks.common import MAX_HEAD_DIM
 from course.tools.bench_grid import (BY_KEY, CUDNN, DEFAULT_DTYPES, DEFAULT_HEAD_DIMS, DEFAULT_HEADS, DEFAULT_SEQ_LENS,
                                      DEFAULT_TOKENS, DIRECT, DTYPE_ALIASES, DTYPES, FP8, FP8_TOLERANCE, FWD, FWD_BWD,
-                                     KERNELS, LESSON07_BACKWARD, MODE_ALIASES, MODES, OPTIONAL, QUICK_DTYPES,
+                                     KERNELS, LEADER, LESSON07_BACKWARD, MODE_ALIASES, MODES, OPTIONAL, QUICK_DTYPES,
                                      QUICK_HEAD_DIMS, QUICK_SEQ_LENS, SDPA, Kernel, Measurement, Shape, disagrees,
                                      parse_size, peak_tflops, previous_lesson, ratios, size_text, total_flops, vs_cudnn)
 from course.tools.bench_report import KEEP_BELOW, RunInfo, console_line, keep_recorded, render_markdown, write_plot
@@ -567,7 +567,7 @@ LEADERBOARD = {"n": 16384, "heads": 16, "d": 64, "dtype": "bf16"}
 def leaderboard_plan(reps: int | None = None, cudnn: bool = True, direct: bool = False, lesson07: bool = False) -> Plan:
     """The leaderboard shape: SDPA, cuDNN and lesson 08 autotuned, with ``direct`` lesson 08 called directly, and with
     ``lesson07`` lesson 08 with lesson 07's backward (the two backwards side by side)."""
-    keys = ({SDPA.key, "08"} | ({CUDNN.key} if cudnn else set()) | ({DIRECT.key} if direct else set())
+    keys = ({SDPA.key, LEADER.key} | ({CUDNN.key} if cudnn else set()) | ({DIRECT.key} if direct else set())
             | ({LESSON07_BACKWARD.key} if lesson07 else set()))
     return Plan(dtypes=[LEADERBOARD["dtype"]], head_dims=[LEADERBOARD["d"]], seq_lens=[LEADERBOARD["n"]],
                 modes=[FWD_BWD], causal=[True], kernels=[k for k in KERNELS + OPTIONAL if k.key in keys],

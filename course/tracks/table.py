@@ -144,6 +144,13 @@ class KernelExercise:
     """How the Triton benchmark (``course.tools.bench_triton``) calls the step's solution for O: ``qkv``
     (``fn(q, k, v)`` returns (O, LSE)), ``qkv_causal`` (``fn(q, k, v, causal)`` returns (O, LSE)); empty:
     ``fn(q, k, v, causal=causal)`` returns O."""
+    bench_ladder: tuple[str, str] = ()
+    """(key, label): the GPU benchmark (``course.tools.bench_triton``) times this step under ``key`` (``--kernels``)
+    and shows it as ``label``. What it times follows ``bench_call``: ``qkv`` the forward without a mask,
+    ``qkv_causal`` the forward with and without, an operator (empty) forward and forward + backward, with and
+    without; ``fp8`` (inputs quantised to e4m3 once per shape) the forward with and without. Empty: not timed."""
+    bench_leaderboard: bool = False
+    """The step the benchmark's leaderboard shape (``--leaderboard``) times beside SDPA and cuDNN: one step of the course."""
     smoke_case: dict[str, Any] = field(default_factory=dict)
     """The one small case the benchmark's smoke checks the step on: keyword arguments of ``course.inputs.Case``
     (``dtype`` by name: ``fp16``), or of lesson 08's ``Fp8Case`` when they name ``kv_heads``. Empty: a 17 x 17
@@ -195,7 +202,7 @@ class KernelExercise:
 
 
 _DECLARATIONS = ("across_tracks", "backward", "key_blocks", "grading_tiles", "two_group_tiles", "ladder_tiles", "simt_bench_tiles", "ladder_baseline", "answer_gate_dtype",
-                 "answer_gate_target", "bench_call", "smoke_case", "technique_probe", "probe_under_grader",
+                 "answer_gate_target", "bench_call", "bench_ladder", "bench_leaderboard", "smoke_case", "technique_probe", "probe_under_grader",
                  "gate_cases", "gate_calls", "simt_probes")
 
 
@@ -283,12 +290,12 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
        across_tracks=_ONLINE_ATTENTION,
        grading_tiles=(2,), ladder_tiles=((8,), (16,))),
     _m("02", "online_softmax", "online_attention", layout="naive", key_blocks=False, across_tracks=_ONLINE_ATTENTION),
-    _t("03", "tiled", "tiled_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=2), **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
+    _t("03", "tiled", "tiled_attention", bench_call="qkv", bench_ladder=("03", "03 tiled"), smoke_case=_smoke(17, 33, 32, seed=2), **_FORWARD_GATE, gate_calls=(_call("tiled_attention", _Q3),)),
     _c("03", "tiled", "tiled_attention", layout="tiled", tiles=(16, 32), writes_lse=True,
        grading_tiles=(4, 32), ladder_tiles=((8, 64), (32, 32)), simt_bench_tiles=(2, 32)),
     _m("03", "tiled", "tiled_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), layout="tiled",
        tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8)),
-    _t("04", "double_buffer", "pipelined_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, seed=3),
+    _t("04", "double_buffer", "pipelined_attention", bench_call="qkv", bench_ladder=("04", "04 pipelined"), smoke_case=_smoke(17, 33, 32, seed=3),
        technique_probe="pipelining_triton", probe_under_grader=False,
        **_FORWARD_GATE, gate_calls=(_call("pipelined_attention", _Q3),)),
     _c("04", "double_buffer", "double_buffer_attention", layout="double_buffer", tiles=(16, 32), writes_lse=True,
@@ -298,7 +305,7 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
     _m("04", "double_buffer", "float4_attention", defines=("MAX_HEAD_DIM", "MAX_BLOCK_N"), d_multiple=4,
        layout="ping_pong", tile_choices=_FLOAT_TILES, grading_tiles=(8, 8), two_group_tiles=(64, 8),
        simt_probes=(_probe("double_buffer", (8, 8), (8, 160, 16, 42)),)),
-    _t("05", "mma", "tensor_core_attention", bench_call="qkv", smoke_case=_smoke(17, 33, 32, dtype="fp16", seed=4),
+    _t("05", "mma", "tensor_core_attention", bench_call="qkv", bench_ladder=("05", "05 tensor cores"), smoke_case=_smoke(17, 33, 32, dtype="fp16", seed=4),
        technique_probe="matrix_units_triton",
        **_FORWARD_GATE, gate_calls=(_call("tensor_core_attention", _Q3),)),
     _c("05", "mma", "wmma_attention", layout="wmma", tiles=(64, 64), writes_lse=True, half_inputs=True,
@@ -310,7 +317,7 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
        simt_probes=(_probe("causal_tiles", (16, 16), (32, 32, 16, 54), (32, 20, 16, 55), (24, 56, 16, 56),
                            (32, 49, 16, 58), **_HALF_CAUSAL),
                     _probe("matrix_units", (16, 16), (32, 48, 16, 58), dtype="fp16"))),
-    _t("06", "causal", "causal_attention", bench_call="qkv_causal", smoke_case=_smoke(17, 33, 32, causal=True, seed=5),
+    _t("06", "causal", "causal_attention", bench_call="qkv_causal", bench_ladder=("06", "06 causal"), smoke_case=_smoke(17, 33, 32, causal=True, seed=5),
        gate_cases="causal",
        gate_calls=(_call("causal_attention", _Q3, "plain", causal="causal"),
                    # lesson 08's operator: (B, H, N, D) queries, K and V with H_kv = H / 2 heads
@@ -338,13 +345,13 @@ KERNEL_EXERCISES: tuple[KernelExercise, ...] = (
        backward=True,
        simt_probes=(_probe("causal_tiles", (8, 16), (24, 24, 16, 76), (24, 56, 16, 77), (48, 48, 16, 78),
                            (48, 65, 16, 79), kernel="backward_dq", causal=True),)),
-    _t("08", "flash_attention", "flash_attention", learner_wrapper=True,
+    _t("08", "flash_attention", "flash_attention", learner_wrapper=True, bench_ladder=("08", "08 flash_attention"), bench_leaderboard=True,
        smoke_case=_smoke(17, 17, 16, batch=(1, 2), causal=True, seed=8),
        wraps=("kernels/triton/06_causal.py", "kernels/triton/07_backward.py", "kernels/triton/08_backward.py")),
     # Q, K, V already in fp8 with their per-head descales, as fp8_attention hands them to the launch (GQA: 4 query
     # heads over 2 K/V heads).
     # e4m3 operands: Triton compiles them from sm_89 on (fp8 tensor cores).
-    _t("08", "fp8_forward", "fp8_attention", answer_gate_target=90, gate_cases="fp8",
+    _t("08", "fp8_forward", "fp8_attention", answer_gate_target=90, bench_call="fp8", bench_ladder=("08f", "08 fp8 forward"), gate_cases="fp8",
        smoke_case=dict(batch=1, heads=2, kv_heads=1, n_q=17, n_k=17, d=32, causal=True, seed=9),
        gate_calls=(_call("fp8_attention_forward", "q4 kv kv descale_q descale_kv descale_kv causal 0.125"),)),
 )

@@ -363,3 +363,16 @@ def test_the_direct_call_row_is_timed_only_when_named_and_never_autotunes(monkey
                                  RunInfo(device="cpu", torch_version="t", triton_version="x", cuda_version=None,
                                          date="d", command="c", tokens=64, heads=2, min_reps=2))
     assert "| 08 direct call |" in page and "- 08 direct call: the same operator called outside `autotune()`" in page
+
+
+def test_the_ladder_is_what_the_steps_declare():
+    """The benchmark times the Triton steps whose rows declare ``bench_ladder``, in the table's order, each on what its
+    ``bench_call`` can run; the leaderboard times the one row that declares ``bench_leaderboard``."""
+    from course.tracks import table
+    declared = [row for row in table.exercises(track="triton") if row.bench_ladder]
+    assert [k.key for k in bench.KERNELS[2:]] + [bench.FP8.key] == [row.bench_ladder[0] for row in declared]
+    assert all(bench.BY_KEY[row.bench_ladder[0]].exercise == row.id for row in declared)
+    assert bench.BY_KEY["03"].applies_to == {(FWD, False)} and bench.BY_KEY["06"].applies(FWD, True)
+    assert not bench.BY_KEY["06"].applies(FWD_BWD, False) and bench.BY_KEY["08"].applies(FWD_BWD, True)
+    leaders = [row for row in table.exercises(track="triton") if row.bench_leaderboard]
+    assert [row.id for row in leaders] == [bench.LEADER.exercise] == [bench.DIRECT.exercise]
