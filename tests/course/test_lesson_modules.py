@@ -4,12 +4,14 @@ grader runs for it) is declared in ``course/lessons/lessonNN.py`` and found ther
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import pytest
 
 from course import exercises, hint_ladder
 from course.errors import CheckFailed, CourseError
 from course.grading.exercise import Exercise, ladder
+import course.lessons as lessons_package
 from course.lessons import Lessons, assemble, capstone, gathered, lesson_modules, lesson08, lesson09, load
 
 
@@ -43,7 +45,10 @@ def test_the_loader_reads_every_lessons_declarations():
     lessons = load()
     assert isinstance(lessons, Lessons) and load() is lessons
     modules = lesson_modules()
-    assert [m.__name__.rpartition(".")[2] for m in modules] == [f"lesson{n:02d}" for n in range(10)]
+    # every lessonNN.py of the package, in lesson order: the course's ten and any lesson added beside them
+    on_disk = sorted(path.stem for path in Path(lessons_package.__file__).parent.glob("lesson[0-9][0-9].py"))
+    assert [m.__name__.rpartition(".")[2] for m in modules] == on_disk
+    assert on_disk[:10] == [f"lesson{n:02d}" for n in range(10)]
     assert list(lessons.exercises) == [e.id for m in modules for e in m.EXERCISES]
     assert all(lessons.exercises[e.id] is e for m in modules for e in m.EXERCISES)
     assert list(lessons.ladders) == [rungs.exercise for m in modules for rungs in m.LADDERS]

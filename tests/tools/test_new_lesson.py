@@ -219,11 +219,13 @@ def test_the_wrong_answer_corpus_holds_the_lesson_and_its_entry_fails(course_cop
 
 
 # The project's own quick tests of what every lesson must have, run on the copy: the table's naming rules, the kernel
-# files' layout, the README's layout, no lesson named in shared code, every exercise's hint ladder, the corpus's
-# coverage (three wrong answers a cell; that each fails its check is the corpus's slow test, a minute for lesson 10).
+# files' layout, the README's layout, no lesson named in shared code, every exercise's hint ladder, the lessons'
+# loader, the corpus's coverage (three wrong answers a cell; that each fails its check is the corpus's slow test, a
+# minute for lesson 10).
 COURSE_RULES = ("tests/tracks/test_table.py", "tests/tracks/test_kernel_layout.py", "tests/tools/test_readme_layout.py",
                 "tests/tools/test_no_lesson_branches.py",
                 "tests/course/test_hint_ladder.py::test_every_graded_exercise_has_a_ladder_of_at_least_three_rungs",
+                "tests/course/test_lesson_modules.py",
                 "tests/grading/test_wrong_corpus.py")
 
 
