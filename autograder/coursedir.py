@@ -24,7 +24,8 @@ from autograder.sandbox.bubblewrap import SandboxSettings
 if TYPE_CHECKING:
     from autograder.nbgrader_forks import NbgraderForks
 
-__all__ = ["COURSE_ID", "KERNELS_VIEW", "BUILD_ARTEFACTS", "IGNORED_FILES", "CourseDir", "CommandResult", "config_file_text", "error_summary"]
+__all__ = ["COURSE_ID", "KERNELS_VIEW", "BUILD_ARTEFACTS", "IGNORED_FILES", "CourseDir", "CommandResult", "config_file_text",
+           "error_summary", "path_with_programs", "put_programs_on_path"]
 
 COURSE_ID = "flash-attention"
 
@@ -51,6 +52,20 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
+
+
+def path_with_programs(path: str | None) -> str:
+    """``path`` (a PATH) with the folder of this Python's programs first. nbgrader runs the ``alembic`` program by name
+    when it creates a gradebook; it sits beside this Python, and a process started as ``.venv/bin/python`` without the
+    environment activated (``make test``, ``make hub``) does not have that folder on its PATH."""
+    here = str(Path(sys.executable).parent)
+    parts = [part for part in (path or "").split(os.pathsep) if part]
+    return os.pathsep.join(parts if parts[:1] == [here] else [here, *parts])
+
+
+def put_programs_on_path() -> None:
+    """This process's PATH as :func:`path_with_programs` gives it, for nbgrader's API called in this process."""
+    os.environ["PATH"] = path_with_programs(os.environ.get("PATH"))
 
 
 def config_file_text(root: Path, timeout: int = 120, sandbox: SandboxSettings | None = None) -> str:
@@ -127,8 +142,7 @@ class CourseDir:
         env = dict(os.environ)
         env.update(environment or {})
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        # nbgrader runs the `alembic` command when it creates a gradebook; it lives beside this Python.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *filter(None, [env.get("PATH")])])
+        env["PATH"] = path_with_programs(env.get("PATH"))
         # A user's own ~/.jupyter/nbgrader_config.py must not change what the course releases or grades.
         env["JUPYTER_CONFIG_DIR"] = str(self.root / ".jupyter")
         if forks is not None and forks.alive:

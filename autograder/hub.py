@@ -50,7 +50,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW
+from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW, path_with_programs, put_programs_on_path
 from autograder.sandbox.bubblewrap import kernels_folder, write_kernels_without_solutions
 from course.paths import CHECKOUT, REPO
 from course.tools.lab import ANNOUNCEMENTS_PLUGIN, build
@@ -227,6 +227,7 @@ def _enroll(course: Path, students: tuple[str, ...]) -> None:
     """The class's students in the gradebook, so that the formgrader lists one who handed nothing in ("no
     submission") rather than leaving them out."""
     from nbgrader.api import Gradebook  # here, not on top: only an instructor's server and steps use the gradebook
+    put_programs_on_path()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
         for student in students:
             gb.update_or_create_student(student)
@@ -261,9 +262,8 @@ def prepare_user(paths: HubPaths, roster: Roster, user: str) -> dict[str, str]:
     else:
         raise HubError(f"{user!r} is not in the class list.")
     home.mkdir(parents=True, exist_ok=True)
-    # This environment's programs first on the server's PATH (nbgrader runs some, `alembic` for one, by name).
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
-    return {"JUPYTER_CONFIG_PATH": str(config), STATE_ENV: str(paths.state), "PATH": path,
+    return {"JUPYTER_CONFIG_PATH": str(config), STATE_ENV: str(paths.state),
+            "PATH": path_with_programs(os.environ.get("PATH", os.defpath)),
             USERS_ENV: os.environ.get(USERS_ENV, str(DEFAULT_USERS)),
             "COURSE_TIER": os.environ.get("COURSE_TIER", "cpu")}
 
@@ -305,8 +305,7 @@ def _context(instructor: str | None) -> tuple[HubPaths, Roster, str]:
 
 
 def _nbgrader(course: Path, *args: str) -> str:
-    # nbgrader runs `alembic` (the gradebook's migrations) by name: this environment's programs come first on PATH.
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    env = dict(os.environ, PATH=path_with_programs(os.environ.get("PATH")))
     done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True,
                           text=True)
     if done.returncode != 0:

@@ -11,14 +11,12 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograder.coursedir import COURSE_ID, CommandResult, CourseDir, error_summary
+from autograder.coursedir import COURSE_ID, CommandResult, CourseDir, error_summary, put_programs_on_path
 from autograder.grade.bundle import GradingSettings, SubmissionTask, files_under, tier_environment
 
 __all__ = ["Autograded", "import_submission", "autograde", "make_feedback", "read_scores", "products",
@@ -135,11 +133,9 @@ def nbgrader_in_process(root: Path, settings: GradingSettings, method: str, *arg
     from nbgrader.coursedir import CourseDirectory
 
     from autograder.nbgrader_config import course_config
-    here = str(Path(sys.executable).parent)
     config = course_config(root, settings.timeout, settings.sandbox)
     with _nbgrader_lock:
-        if here not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = os.pathsep.join([here, *filter(None, [os.environ.get("PATH")])])
+        put_programs_on_path()
         api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
         outcome = getattr(api, method)(*args, force=True)
     log = "\n".join(filter(None, [outcome.get("log", ""), outcome.get("error", "")]))
