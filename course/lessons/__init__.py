@@ -74,23 +74,24 @@ class Lessons:
         return {name: probe for source in self.probe_sources for name, probe in source().items()}
 
 
+def _by_key(modules: list[ModuleType], name: str, key: Callable[[Any], str], what: str) -> dict[str, Any]:
+    """The entries of the tuple each module declares as ``name``, by ``key``, in lesson order; CourseError when a key
+    comes twice."""
+    found: dict[str, Any] = {}
+    for module in modules:
+        for entry in getattr(module, name, ()):
+            if key(entry) in found:
+                raise CourseError(f"{module.__name__}.{name} holds {what}{key(entry)!r} twice, or an earlier lesson "
+                                  f"module holds {'one' if what else 'it'} too")
+            found[key(entry)] = entry
+    return found
+
+
 def assemble(modules: list[ModuleType]) -> Lessons:
     """The declarations of ``modules`` (lesson modules, in lesson order) as one :class:`Lessons`; CourseError when two
     of them declare the same exercise, draw, policy or kind of cell."""
-    exercises: dict[str, Exercise] = {}
-    for module in modules:
-        for exercise in getattr(module, "EXERCISES", ()):
-            if exercise.id in exercises:
-                raise CourseError(f"{module.__name__}.EXERCISES holds {exercise.id!r} twice, or an earlier "
-                                  f"lesson module holds it too")
-            exercises[exercise.id] = exercise
-    ladders: dict[str, Ladder] = {}
-    for module in modules:
-        for rungs in getattr(module, "LADDERS", ()):
-            if rungs.exercise in ladders:
-                raise CourseError(f"{module.__name__}.LADDERS holds a ladder for {rungs.exercise!r} twice, or an earlier "
-                                  f"lesson module holds one too")
-            ladders[rungs.exercise] = rungs
+    exercises = _by_key(modules, "EXERCISES", lambda exercise: exercise.id, "")
+    ladders = _by_key(modules, "LADDERS", lambda rungs: rungs.exercise, "a ladder for ")
     return Lessons(exercises=MappingProxyType(exercises), ladders=MappingProxyType(ladders),
                    draws=MappingProxyType(gathered("DRAWS", modules)),
                    model_policy=MappingProxyType(gathered("MODEL_POLICY", modules)),
