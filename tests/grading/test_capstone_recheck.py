@@ -98,15 +98,6 @@ def _tests() -> dict[str, str]:
             and c["metadata"]["nbgrader"]["grade_id"].startswith("test_flash_attention_triton")}  # not the fp8 section's
 
 
-@pytest.mark.slow
-def test_the_honest_capstone_keeps_full_marks_from_its_answer_process() -> None:
-    """The instructor's cell, with no recording at all: every point comes from the probe run in the answer process."""
-    job = _job(_cell(_notebook(), CELL))
-    assert job["recordings"] == {}
-    results = run_job(job, load().cell_builders)
-    assert all(r["passed"] for r in results.values()), results
-
-
 def test_the_handed_out_stub_is_not_implemented() -> None:
     results = run_job(_job(_cell(_notebook("notebooks"), CELL)), load().cell_builders)
     assert all(not r["passed"] and "not implemented yet" in r["message"] for r in results.values()), results

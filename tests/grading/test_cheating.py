@@ -4,7 +4,7 @@ Each entry must earn exactly its known grade, with the reason on its feedback pa
 keeps full marks; and every entry's trick must really have worked on the notebook's own run where
 the entry says the re-check caught it (so the corpus cannot go stale into tricks that fool nothing).
 
-The same batch holds lesson 01's wrong-corpus pack and the student notebook as handed out, checked as
+The same batch holds lesson 01's wrong-corpus pack, checked as
 test_wrong_corpus.py checks every lesson's (``check_pack_batch``): both need the honest notebook graded,
 and one grading of it serves both.
 """
@@ -49,7 +49,7 @@ def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path)
     assert ASSIGNMENT == GRADED_WITH_THE_CHEATING_CORPUS
     source = repo / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     submissions = tmp_path / "submissions"
-    write_pack_batch(repo, ASSIGNMENT, submissions)  # the honest notebook, the untouched one, a wrong pack
+    write_pack_batch(repo, ASSIGNMENT, submissions)  # the honest notebook and a wrong pack
     handed_in = {}
     for pack in packs(corpus(repo)):
         submission = as_submission(pack, repo)

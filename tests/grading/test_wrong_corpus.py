@@ -6,14 +6,18 @@ Two proofs, cheap enough to grow with the course:
    fail; the honest cell is run again before the next entry (a kernel cell's next entry replaces it whole, so
    it is put back once its run of entries ends). So each entry fails because of its own mistake, in an otherwise
    right notebook.
+   After the entries, every answer cell is put back as handed out and every test cell (hidden ones too) must fail
+   saying "not implemented yet": the notebook as handed out earns nothing.
 2. *Through nbgrader*: the first packed submission (one wrong answer for every exercise;
    :func:`autograder.corpora.wrong.packs`) is graded in one batch, in the sandbox, beside the honest
-   notebook (full marks, and nothing on stderr: this is the test that the lesson's solution notebook runs top to
-   bottom clean) and the student notebook as handed out (zero, with feedback that says the
-   answers are not implemented yet and quotes no hidden test). Every exercise must lose points there.
+   notebook (full marks that the re-check left as they were, and nothing on stderr: this is the test that the
+   lesson's solution notebook runs top to bottom clean). Every exercise must lose points there.
    The grade of a test is the notebook's result, which the re-check can only lower, so proof 1 covers
    the other packs; grading them all would cost the suite a minute a lesson and prove nothing more.
-   Lesson 00's batch also holds a partial notebook (some points, not all; feedback without hidden tests).
+   Lesson 00's batch also holds the student notebook as handed out (zero, with feedback that says the answers are
+   not implemented yet and quotes no hidden test) and a partial notebook (some points, not all; feedback without
+   hidden tests): what they show of the grader is the same for every lesson, and proof 1 shows each lesson's stubs
+   fail every test.
    Lesson 01's batch is graded with the cheating corpus (test_cheating.py), whose batch holds the same
    honest notebook: one grading of it serves both.
 """
@@ -82,9 +86,12 @@ def _message(cell) -> str:
     return next((out.evalue for out in cell.get("outputs", []) if out.output_type == "error"), "")
 
 
-def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints: list[str] | None = None) -> list[str]:
+def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints: list[str] | None = None,
+               stubs: bool = False) -> list[str]:
     """The entries whose exercise tests all pass with the wrong answer in place of the honest one; with
-    ``hints``, also each entry whose first failure's hint line is not the one it declares."""
+    ``hints``, also each entry whose first failure's hint line is not the one it declares; with ``stubs``, after
+    the entries, every test cell (hidden ones too) that does not fail saying "not implemented yet" once every
+    answer cell is as handed out."""
     path = _solution(repo, assignment)
     nb = nbformat.read(path, as_version=4)
     # Limits per cell leave room for a loaded machine (a lesson-01 cell takes seconds alone).
@@ -147,6 +154,18 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints:
                 restored = nbformat.v4.new_code_cell(by_id[cell_id][1].source)
                 client.execute_cell(restored, by_id[cell_id][0])
                 assert not _failed(restored), f"the honest {cell_id} no longer runs after {wrong.student_id}"
+        if stubs:
+            # The notebook as handed out earns nothing: each test cell fails on the stubs, with the sentence the
+            # learner reads. (Graded through nbgrader in lesson 00's batch; the browser test shows the visible ones.)
+            for grade_id, source in handed_out.items():
+                if grade_id in by_id and by_id[grade_id][1].metadata["nbgrader"].get("solution"):
+                    client.execute_cell(nbformat.v4.new_code_cell(source), by_id[grade_id][0])
+            for i, test in sorted(pair for pairs in tests_of.values() for pair in pairs):
+                probe = nbformat.v4.new_code_cell(test.source)
+                client.execute_cell(probe, i)
+                if not _failed(probe) or "not implemented yet" not in _message(probe):
+                    survivors.append(f"{_grade_id(test)} on the stubs as handed out "
+                                     f"({'passed' if not _failed(probe) else _message(probe)[:200]})")
     return survivors
 
 
@@ -154,7 +173,7 @@ def _survivors(repo: Path, assignment: str, entries: list[WrongSolution], hints:
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_each_wrong_solution_fails_its_own_tests(repo, assignment):
     hints: list[str] = []
-    survivors = _survivors(repo, assignment, corpus(assignment), hints)
+    survivors = _survivors(repo, assignment, corpus(assignment), hints, stubs=True)
     assert not survivors, "wrong solutions that passed their exercise's tests:\n" + "\n".join(survivors)
     assert not hints, "wrong solutions whose hint is not the one they declare:\n" + "\n\n".join(hints)
 
@@ -172,8 +191,9 @@ def test_an_answer_that_is_not_wrong_is_reported(repo):
 # Lesson 01's pack is graded in the cheating corpus's batch (test_cheating.py), beside the same honest notebook,
 # which this batch would otherwise grade a second time; that test makes the same checks (check_pack_batch).
 GRADED_WITH_THE_CHEATING_CORPUS = "01_naive_attention"
-# Lesson 00's batch also holds a partial submission: the last exercise as handed out, the others solved.
-WITH_A_PARTIAL = "00_orientation"
+# Lesson 00's batch also holds the student notebook as handed out and a partial submission (the last exercise as
+# handed out, the others solved).
+WITH_THE_HANDED_OUT = "00_orientation"
 
 
 def _partial(source: nbformat.NotebookNode, handed_out: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -188,8 +208,8 @@ def _partial(source: nbformat.NotebookNode, handed_out: nbformat.NotebookNode) -
 
 
 def write_pack_batch(repo: Path, assignment: str, submissions: Path) -> None:
-    """A lesson's batch: the first pack of its wrong corpus, the honest notebook and the student notebook as handed
-    out (``untouched``); lesson 00's also a ``partial`` one."""
+    """A lesson's batch: the first pack of its wrong corpus and the honest notebook; lesson 00's also the student
+    notebook as handed out (``untouched``) and a ``partial`` one."""
     solution = _solution(repo, assignment)
     for n, pack in enumerate(packs(assignment)[:1]):
         folder = submissions / f"pack-{n}"
@@ -197,8 +217,8 @@ def write_pack_batch(repo: Path, assignment: str, submissions: Path) -> None:
         nbformat.write(make_submission(solution, *pack), folder / f"{assignment}.ipynb")
     source, handed_out = lesson_notebooks(assignment)
     put(submissions / "honest" / f"{assignment}.ipynb", source)
-    put(submissions / "untouched" / f"{assignment}.ipynb", handed_out)
-    if assignment == WITH_A_PARTIAL:
+    if assignment == WITH_THE_HANDED_OUT:
+        put(submissions / "untouched" / f"{assignment}.ipynb", handed_out)
         put(submissions / "partial" / f"{assignment}.ipynb", _partial(source, handed_out))
 
 
@@ -209,23 +229,28 @@ def _autograded(result, assignment: str) -> nbformat.NotebookNode:
 
 
 def check_pack_batch(repo: Path, assignment: str, results: dict) -> None:
-    """The honest notebook earns full marks, the untouched one nothing (with feedback that quotes no hidden test), a
-    partial one some but not all, and every exercise of a pack that holds a wrong answer loses points."""
+    """The honest notebook earns full marks, which the re-check leaves as they are; every exercise of a pack that holds
+    a wrong answer loses points; in lesson 00's batch the untouched notebook earns nothing (with feedback that quotes
+    no hidden test) and a partial one some but not all."""
     solution = _solution(repo, assignment)
     source, _ = lesson_notebooks(assignment)
-    honest, untouched = results["honest"], results["untouched"]
+    honest = results["honest"]
     assert (honest.score, honest.status) == (honest.max_score, "graded") and honest.max_score > 0, honest
     assert all(points > 0 for points in honest.cells.values())
+    # Every point is the re-check's too: it judged the tests (lesson 08's through the probes it runs in the answer
+    # process, the notebook's recordings deciding nothing: test_capstone_recheck.py) and took nothing away.
+    assert not honest.recheck, honest.recheck
     # The solution notebook runs clean under the grader: no cell writes to stderr (a warning a learner would read).
     graded = _autograded(honest, assignment)
     stderr = [(i, o.text) for i, c in enumerate(graded.cells) for o in c.get("outputs", [])
               if o.output_type == "stream" and o.name == "stderr"]
     assert not stderr, f"the honest notebook writes to stderr when graded: {stderr}"
-    assert (untouched.score, untouched.status) == (0.0, "graded"), untouched
-    text = feedback_text(untouched)
-    assert "not implemented yet" in text
-    assert not [line for line in hidden_lines(source) if line in text], "feedback quotes a hidden test"
-    if assignment == WITH_A_PARTIAL:
+    if assignment == WITH_THE_HANDED_OUT:
+        untouched = results["untouched"]
+        assert (untouched.score, untouched.status) == (0.0, "graded"), untouched
+        text = feedback_text(untouched)
+        assert "not implemented yet" in text
+        assert not [line for line in hidden_lines(source) if line in text], "feedback quotes a hidden test"
         partial = results["partial"]
         assert partial.status == "graded" and 0 < partial.score < honest.max_score, partial
         text = feedback_text(partial)
