@@ -18,7 +18,11 @@ from autograder.lean_imports import skip_unused_imports
 skip_unused_imports()
 
 # What a command imports anyway, imported once by the server instead of once per command.
-PRELOAD = ("nbgrader.apps.nbgraderapp", "nbgrader.converters.autograde", "nbgrader.api", "autograder.nbgrader_config")
+# The autograde pass's own modules too: its re-check reads the course's recording format and track table, which import
+# the course package and with it torch (about two seconds of CPU), once here instead of once per graded notebook.
+PRELOAD = ("nbgrader.apps.nbgraderapp", "nbgrader.converters.autograde", "nbgrader.api", "autograder.nbgrader_config",
+           "autograder.preprocessors.sandboxed_execute", "autograder.preprocessors.recheck_tests",
+           "course.grading.recording", "course.tracks.table")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
