@@ -11,13 +11,13 @@
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograder.coursedir import COURSE_ID, CommandResult, CourseDir, error_summary, put_programs_on_path
+from autograder.coursedir import COURSE_ID, CommandResult, CourseDir, error_summary
 from autograder.grade.bundle import GradingSettings, SubmissionTask, files_under, tier_environment
+from autograder.nbgrader_api import run_in_process
 
 __all__ = ["Autograded", "import_submission", "autograde", "make_feedback", "read_scores", "products",
            "nbgrader_in_process", "MAX_LOG_BYTES"]
@@ -113,36 +113,10 @@ def autograde(course: CourseDir, settings: GradingSettings, student: str, forks:
                       [str(cell) for cell in recheck.get("kept", [])])
 
 
-_nbgrader_lock = threading.Lock()
-
-
 def nbgrader_in_process(root: Path, settings: GradingSettings, method: str, *args: str,
                         log_file: Path | None = None) -> str | None:
-    """An nbgrader command that runs no student code (``generate_assignment``, ``generate_feedback``), run
-    through nbgrader's API in this process: None when it worked, else a sentence saying why not.
-
-    In a process of its own such a command costs seconds of start-up; here, a fraction of a second once
-    nbgrader is imported. The settings are the course directory's (``course_config``), as its
-    ``nbgrader_config.py`` gives them to the command line. nbgrader changes the working directory while
-    it converts, so one command runs at a time; it runs the ``alembic`` program that sits beside this
-    Python when it creates a gradebook, so that folder goes on PATH.
-    """
-    # Imported here, not at the top: nbgrader's API takes about a second to import, and a process that only
-    # sends submissions to a cluster never calls this.
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
-    from autograder.nbgrader_config import course_config
-    config = course_config(root, settings.timeout, settings.sandbox)
-    with _nbgrader_lock:
-        put_programs_on_path()
-        api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-        outcome = getattr(api, method)(*args, force=True)
-    log = "\n".join(filter(None, [outcome.get("log", ""), outcome.get("error", "")]))
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        log_file.write_text(log, encoding="utf-8")
-    return None if outcome.get("success") else error_summary(log)
+    """An nbgrader command that runs no student code, with the grading settings (:mod:`autograder.nbgrader_api`)."""
+    return run_in_process(root, method, *args, timeout=settings.timeout, sandbox=settings.sandbox, log_file=log_file)
 
 
 def make_feedback(course: CourseDir, settings: GradingSettings, student: str) -> str | None:

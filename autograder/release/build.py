@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from autograder import BUILD_DIR, NOTEBOOKS_DIR, REPO_ROOT, SOLUTIONS_DIR
-from autograder.coursedir import CourseDir, error_summary
+from autograder.coursedir import CourseDir
+from autograder.nbgrader_api import run_in_process
 from course.solution_regions import LEAK_MARKERS
 
 __all__ = ["Release", "ReleaseError", "release", "find_assignments", "check_kernel_cells",
@@ -132,20 +133,22 @@ def verify_release(folder: Path, assignment: str) -> dict[str, bytes]:
 def build_release(assignments: Iterable[str], solutions: Path, workspace: Path) -> Release:
     """Run ``nbgrader generate_assignment`` on the assignments, in a course directory under ``workspace``.
 
-    All of them go through one nbgrader run (its start-up costs seconds). A failing run leaves its
-    log as ``release.log`` beside ``workspace``.
+    All of them go through one nbgrader run, in this process (no student code runs in it; a process of its
+    own would cost seconds of start-up). A failing run leaves its log as ``release.log`` beside ``workspace``.
     """
     assignments = list(assignments)
     course = CourseDir.create(workspace / "course")
     for assignment in assignments:
         course.add_source(assignment, solutions / assignment)
-    run = course.run("generate_assignment", "*", "--force")  # '*': every assignment in source/
-    if not run.ok:
-        failed = re.findall(r"error processing assignment '([^']+)'", run.log) or assignments
+    log = course.root / "generate_assignment.log"
+    problem = run_in_process(course.root, "generate_assignment", "*", log_file=log)  # '*': every assignment in source/
+    if problem:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        failed = re.findall(r"error processing assignment '([^']+)'", text) or assignments
         # The workspace is deleted on the way out; the log stays beside it for the instructor.
         log_file = workspace.parent / "release.log"
-        log_file.write_text(run.log)
-        raise ReleaseError(f"nbgrader could not release solutions/{failed[0]}: {error_summary(run.log)} "
+        log_file.write_text(text)
+        raise ReleaseError(f"nbgrader could not release solutions/{failed[0]}: {problem} "
                            f"(full log: {_shown(log_file)})")
     return Release({a: verify_release(course.release(a), a) for a in assignments})
 

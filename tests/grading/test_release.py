@@ -231,6 +231,24 @@ def test_release_fails_loudly_and_writes_nothing(tmp_path: Path, problem: str) -
     assert not notebooks.exists()
 
 
+def test_a_release_nbgrader_refuses_names_the_lesson_and_keeps_its_log(tmp_path: Path) -> None:
+    """nbgrader itself refuses a notebook (two cells with one grade id): the release says which lesson and why in a
+    sentence, writes nothing, and leaves nbgrader's whole log beside the work folder."""
+    solutions, notebooks = tmp_path / "solutions", tmp_path / "notebooks"
+    twice = [cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION", grade_id="add",
+                  solution=True),
+             cell("assert add(1, 2) == 3", grade_id="add", grade=True, points=1)]
+    write_assignment(solutions, nb=notebook(twice))
+    result = run_cli("release", "--solutions", str(solutions), "--notebooks", str(notebooks))
+    assert result.returncode == 2, result.stderr
+    assert "nbgrader could not release solutions/lesson" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not notebooks.exists()
+    log = result.stderr.split("(full log: ")[-1].rstrip().rstrip(")")
+    logged = (REPO_ROOT / log) if not Path(log).is_absolute() else Path(log)
+    assert logged.name == "release.log" and "add" in logged.read_text(), result.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # The course's own lessons (slow)
 # ---------------------------------------------------------------------------------------------
