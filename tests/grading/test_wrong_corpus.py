@@ -188,6 +188,16 @@ def test_an_answer_that_is_not_wrong_is_reported(repo):
     assert _survivors(repo, "00_orientation", [harmless]) == [f"{harmless.student_id} (adds a comment)"]
 
 
+@pytest.mark.slow
+def test_a_test_that_passes_on_the_handed_out_notebook_is_reported(repo, monkeypatch):
+    """The stubs' check can fail: handed out with its answers already in, lesson 00 names each test cell that passed."""
+    import test_wrong_corpus
+    monkeypatch.setattr(test_wrong_corpus, "student_notebook", lambda solution: solution)
+    assert _survivors(repo, "00_orientation", [], stubs=True) == [
+        "test_attention_flops on the stubs as handed out (passed)",
+        "test_flash_intensity on the stubs as handed out (passed)"]
+
+
 # Lesson 01's pack is graded in the cheating corpus's batch (test_cheating.py), beside the same honest notebook,
 # which this batch would otherwise grade a second time; that test makes the same checks (check_pack_batch).
 GRADED_WITH_THE_CHEATING_CORPUS = "01_naive_attention"
