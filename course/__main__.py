@@ -3,7 +3,8 @@
 Two more commands, left out of ``--help``, start the grader's processes; each reads the lessons (``course.lessons.load``)
 and hands the code below them, which cannot import them, what it needs:
 
-    python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json   (course.grading.recheck: the cell builders)
+    python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json   (course.grading.recheck: the cell builders
+                                                                             and the probes)
     python -m course answer-process                                        (course.grading.answer_process: the probes)
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv[1:])
     if argv[:1] == ["recheck"]:  # the grader's; course.grading.recheck reads the arguments that follow
         from course.grading.recheck import main as recheck  # when chosen, as `run` above
-        return recheck(argv[1:], load().cell_builders)
+        lessons = load()
+        return recheck(argv[1:], lessons.cell_builders, lessons.probes)
     if argv[:1] == ["answer-process"]:  # started by course.grading.answer_process.AnswerProcess, requests on stdin
         from course.grading.answer_process import serve  # when chosen, as `run` above
         return serve(load().probes)

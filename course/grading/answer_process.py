@@ -37,6 +37,7 @@ import subprocess
 import sys
 from typing import Any
 
+from course.grading import answer_zygote
 from course.grading.exercise import ProbeSource
 from course.grading.recording import decode, encode
 
@@ -150,7 +151,7 @@ class AnswerProcess:
         self.memory_bytes = memory_bytes
         """For a measured process: how far its address space may grow past what the setup left (a hard limit set from
         here before any answer cell runs), with no process or program started from it."""
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | answer_zygote.Forked | None = None
         self.defined: dict[str, str | None] = {}
         self.left_out: dict[Any, str] = {}  # cell → why it is not run (it did not finish, or ended the process)
         self.files_hidden = False  # whether the refused functions' files were made unreadable there
@@ -171,10 +172,13 @@ class AnswerProcess:
         ends the child, is left out and the child started again without it: only its own names fail."""
         env = dict(os.environ, NBGRADER_EXECUTION="autograde",  # widgets and demonstrations draw nothing there
                    COURSE_ANSWER_PARENT=str(os.getpid()))
-        # The child's entry point (course.__main__) hands it the lessons' probes.
-        self.proc = subprocess.Popen([sys.executable, "-m", "course", "answer-process"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                     start_new_session=True)
+        zygote = answer_zygote.current()
+        if zygote is not None:  # the re-check's own copy, made before it read its job: no Python to start
+            self.proc = zygote.spawn({key: env[key] for key in ("NBGRADER_EXECUTION", "COURSE_ANSWER_PARENT")})
+        else:  # the child's entry point (course.__main__) hands it the lessons' probes
+            self.proc = subprocess.Popen([sys.executable, "-m", "course", "answer-process"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                         start_new_session=True)
         _RUNNING.append(self)
         self._send({"setup": self.setup, "refused": list(self.refused), "sentence": self.sentence,
                     "measured": self.memory_bytes is not None})

@@ -46,9 +46,11 @@ from typing import Any, Mapping
 
 from course.errors import CheckFailed, CourseError
 from course.grading import exercise as grading_run
-from course.grading.answer_process import AnswerProcess, LiveAnswer, protect_this_process, stop_every_answer_process
+from course.grading import answer_zygote
+from course.grading.answer_process import (AnswerProcess, LiveAnswer, protect_this_process, serve,
+                                           stop_every_answer_process)
 from course.grading.answers import FailedCell, NotFinished
-from course.grading.exercise import CellBuilder
+from course.grading.exercise import CellBuilder, ProbeSource
 from course.simt import RawModule
 from course.simt.magic import CompileFailed
 from course.tracks import table
@@ -216,14 +218,19 @@ _USAGE = ("usage: python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JO
           "would be readable by the learner's answer cells)")
 
 
-def main(args: list[str], cell_builders: Mapping[str, CellBuilder]) -> int:
+def main(args: list[str], cell_builders: Mapping[str, CellBuilder], probe_source: ProbeSource | None = None) -> int:
     """The re-check's process (``python -m course recheck``, whose entry point hands it ``cell_builders``, as
-    :func:`run_job` takes them): ``args`` are what follows ``recheck`` on its command line."""
+    :func:`run_job` takes them, and the lessons' probes for the answer processes, which are then forked from a copy
+    of this process made before it reads the job, :mod:`course.grading.answer_zygote`): ``args`` are what follows
+    ``recheck`` on its command line."""
     if len(args) not in (2, 3) or args[0] != "-":
         print(_USAGE, file=sys.stderr)
         return 2
     # The learner's Python answers run in children of this process: none may reach it, or outlive the result.
     protect_this_process()
+    if probe_source is not None:
+        # Before the job is read: the answer processes are forked from this copy, which never holds any of it.
+        answer_zygote.start(lambda: serve(probe_source))
     job = json.loads(sys.stdin.buffer.read())
     _forget_stdin()  # before any answer process starts: nothing of the job stays open to be read again
     started = time.monotonic()

@@ -186,10 +186,21 @@ def test_the_footprint_is_measured_from_outside_the_answer(repo):
     assert run_job(_tiled_job(right), load().cell_builders)["t"]["passed"]
 
 
-def test_an_answer_process_dies_with_a_checker_killed_from_outside(tmp_path):
+# The re-check's way of starting answer processes: forked from a copy of itself made before it reads its job.
+FORKED = """
+from course.grading import answer_zygote
+from course.grading.answer_process import protect_this_process, serve
+from course.lessons import load
+protect_this_process()
+answer_zygote.start(lambda: serve(load().probes))
+"""
+
+
+@pytest.mark.parametrize("started", ["as a fresh Python", "forked from the zygote"])
+def test_an_answer_process_dies_with_a_checker_killed_from_outside(tmp_path, started):
     """Without a sandbox to take them along, a checker killed mid-call (SIGKILL) must not leave the answer
     process running the learner's loop."""
-    checker = f"""
+    checker = (FORKED if started == "forked from the zygote" else "") + f"""
 import sys
 from course.grading.answer_process import AnswerProcess
 source = "def ready():\\n    return 1\\n\\ndef spin():\\n    while True:\\n        pass"
@@ -212,3 +223,34 @@ answers.call("spin", (), {{}})
     if alive:
         os.kill(child, 9)
     assert not alive, "the answer process outlived the checker that started it"
+
+
+WHERE = """import os
+def where():
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return [os.getppid(), open("/proc/self/cmdline", "rb").read().decode().split(chr(0)), fds]
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks on Linux")
+def test_the_recheck_forks_its_answer_processes_and_adopts_them(tmp_path):
+    """`python -m course recheck` starts no Python for an answer process: it is forked from the zygote (its command
+    line is the re-check's), adopted by the re-check (its parent), and holds two pipes to the re-check and nothing
+    else: no socket to the zygote, no copy of the job's pipe."""
+    result = tmp_path / "result.json"
+    test = "import os\nraise AssertionError(repr((os.getpid(), where())))"  # run by the re-check: its own pid
+    job = {"setup": ["import course, torch"], "tests": [{"cell": "t", "source": test}], "recordings": {},
+           "answers": [{"cell": "w", "kind": "python", "names": ["where"], "source": WHERE}]}
+    done = subprocess.run([sys.executable, "-m", "course", "recheck", "-", str(result)], input=json.dumps(job),
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    recheck, (parent, command, fds) = eval(json.loads(result.read_text())["tests"]["t"]["message"])
+    assert parent == recheck, "the answer process is not the re-check's child"
+    assert command[1:4] == ["-m", "course", "recheck"], f"a Python was started for the answer process: {command}"
+    assert not [fd for fd in fds if fd.startswith("socket:")], fds
+    assert len({fd for fd in fds if fd.startswith("pipe:")}) == 2, fds  # its requests and its replies
