@@ -45,10 +45,10 @@ GENERATE_ASSIGNMENT_PREPROCESSORS = [
     nbp.CheckCellMetadata,
 ]
 
-# nbgrader's own lists, with earlier grades forgotten first, the sandboxed Execute in place of Execute, and the
-# re-check after it: a test cell that passed only because an answer cell forged the notebook's run loses its points
-# before SaveAutoGrades scores the notebook (once). After IgnorePattern, so that the re-check sees the scores
-# nbgrader will give (a warning on stderr costs nothing) and takes away only points the run earned.
+# nbgrader's own lists, with earlier grades forgotten first, the sandboxed Execute in place of Execute (it does not run
+# the test cells that grade through the course), and the re-check after it, which judges those cells from outside the
+# learner's process before SaveAutoGrades scores the notebook (once). After IgnorePattern, so that a warning on stderr
+# in a test cell the notebook did run costs nothing there either.
 AUTOGRADE_SANITIZE_PREPROCESSORS = [
     ForgetEarlierGrades,
     nbp.ClearOutput,

@@ -43,9 +43,6 @@ def grade_one(task: SubmissionTask, release: PreparedRelease, scratch_parent: Pa
                 result.status += f"; {task.note}"
             result.recheck, result.recheck_seconds = graded.recheck_changes, graded.recheck_seconds
             result.not_rechecked = graded.not_rechecked
-            if graded.recheck_changes:
-                count = len(graded.recheck_changes)
-                result.status += f"; the re-check changed {count} test grade{'s' * (count != 1)}"
             scores = read_scores(course, s, student, {t.grade_id for t in release.tests})
             if scores is None:
                 result.status = "failed: nbgrader recorded no grades for this submission"

@@ -51,7 +51,7 @@ def write_csv(path: Path, results: Sequence["StudentResult"], assignment: str, t
 
     ``tier`` is the execution tier the notebook was graded on, ``crashes`` how many times its
     kernel crashed or had to be killed (``crash_details`` says where), ``seconds`` the wall time
-    its grading took (``recheck_seconds`` the re-check's share); ``recheck`` what the re-check changed.
+    its grading took (``recheck_seconds`` the re-check's share); ``recheck`` the tests the re-check failed, and why.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as handle:

@@ -24,7 +24,7 @@ class StudentResult:
     tier: str = ""  # the execution tier the notebook was graded on
     crashes: list[str] = field(default_factory=list)  # "kernel crashed (signal 11: ...) in cell mul", ...
     wall_seconds: float | None = None  # time the grading of this student took (nbgrader, re-check, feedback)
-    recheck: list[str] = field(default_factory=list)  # test cells whose grade the re-check changed, and why
+    recheck: list[str] = field(default_factory=list)  # test cells the re-check failed, and why
     recheck_seconds: float | None = None
     not_rechecked: list[str] = field(default_factory=list)  # test cells the re-check cannot judge: grade as run
 

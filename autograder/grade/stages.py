@@ -36,7 +36,7 @@ def import_submission(course: CourseDir, task: SubmissionTask, settings: Grading
 
 @dataclass
 class Autograded:
-    """What ``nbgrader autograde`` found: the status, the tier, the crashes, and what the re-check changed."""
+    """What ``nbgrader autograde`` found: the status, the tier, the crashes, and the tests the re-check failed."""
 
     status: str
     tier: str = ""

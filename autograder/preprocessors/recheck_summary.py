@@ -1,4 +1,4 @@
-"""Feedback that opens with what the re-check changed.
+"""Feedback that opens with the tests the re-check failed.
 
 The re-check (:mod:`autograder.preprocessors.recheck_tests`) gives each test cell it failed an error output saying
 why, so the feedback page shows the reason in the cell itself. :class:`RecheckSummary` adds a box at the top of the
@@ -22,7 +22,7 @@ class RecheckSummary(NbGraderPreprocessor):
     """Feedback: a box at the top of the page listing the test cells the re-check failed, and why.
 
     Each such cell says so itself (its output is the re-check's error); the box makes sure a student who
-    scrolls to their score first sees why it is lower than their own run showed."""
+    scrolls to their score first sees every point lost, and why."""
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         record = nb.metadata.get(METADATA_KEY, {})
@@ -32,7 +32,6 @@ class RecheckSummary(NbGraderPreprocessor):
             items = "".join(f"<li><pre style='white-space: pre-wrap'>{html.escape(line)}</pre></li>" for line in changes)
             nb.cells.insert(0, new_markdown_cell(
                 "<div id='course-recheck' style='border: 2px solid #b00; padding: 0.5em 1em; margin: 1em 0'>"
-                "<h2>Re-checked by the grader</h2><p>Each exercise was graded again in a fresh process that ran only "
-                "your kernels and answer cells, with the course's own checks. These tests passed when your notebook "
-                "ran but failed there, and earn no points:</p><ul>" + items + "</ul></div>"))
+                "<h2>Checked by the grader</h2><p>Each test was graded in a fresh process that ran only your kernels "
+                "and answer cells, with the course's own checks. These tests failed there, and earn no points:</p><ul>" + items + "</ul></div>"))
         return nb, resources

@@ -1,16 +1,16 @@
-"""The re-check: each test cell graded again in a sandbox, by a process no answer cell of the learner runs in.
+"""The re-check: each test cell graded in a sandbox, by a process no answer cell of the learner runs in.
 
 nbgrader runs the learner's notebook in one Python process, so an answer cell can rebind
 ``course.check``, patch torch or the course, or replace a kernel by a wrapper around PyTorch, and
-every later test passes. :class:`RecheckTests` therefore runs in nbgrader's autograde pass, after the
-notebook's sandboxed run (:mod:`autograder.preprocessors.sandboxed_execute`) and before nbgrader's
-``SaveAutoGrades``: it hands the submission to :mod:`course.grading.recheck` in a fresh sandbox (the same
-confinement as the notebook's kernel, a process of its own) with only what each exercise asks for: the
-kernels of the kernel cells, the Python answer cells as handed in (run there in an answer process of their
-own, :mod:`course.grading.answer_process`, lesson 08's probes included), and the instructor's test cells (the
-job still carries what the notebook's checks recorded, which decides no grade). A test cell that passed in the
-notebook's run and fails there gets, in place of its outputs, an error saying so and why; nbgrader then scores
-the notebook once, as it scores any failed test. The re-check only takes points away.
+every later test in that process would pass. So the notebook's sandboxed run
+(:mod:`autograder.preprocessors.sandboxed_execute`) does not run the test cells that grade through the course at all,
+and :class:`RecheckTests`, in nbgrader's autograde pass after that run and before nbgrader's ``SaveAutoGrades``,
+judges them: it hands the submission to :mod:`course.grading.recheck` in a fresh sandbox (the same confinement as the
+notebook's kernel, a process of its own) with only what each exercise asks for: the kernels of the kernel cells, the
+Python answer cells as handed in (run there in answer processes of their own, :mod:`course.grading.answer_process`,
+lesson 08's probes included), and the instructor's test cells. Each judged test cell then shows what the re-check
+found: the check's own lines when it passed, its error and reason when it failed; nbgrader scores the notebook once,
+as it scores any test. A grade depends only on what this process observes from outside the learner's.
 
 Every nbgrader autograde run with the course's settings does this: ``python -m autograder grade`` and the
 formgrader's Autograde button alike (:mod:`autograder.nbgrader_config`).
@@ -36,10 +36,10 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Dict, Float, Integer, Unicode
 
 from autograder.children import die_with_parent, stop_group, tracked
-from autograder.preprocessors.sandboxed_execute import METADATA_KEY
+from autograder.preprocessors.sandboxed_execute import METADATA_KEY, grades_through_course
 from autograder.sandbox.bubblewrap import SandboxSettings, hand_over, kernel_command, sandbox_uid
 
-__all__ = ["Recheck", "RecheckTests", "RECHECK_RECORD", "RECHECK_ERROR", "CAUGHT",
+__all__ = ["Recheck", "RecheckTests", "RECHECK_RECORD", "RECHECK_ERROR", "JUDGED",
            "answer_cells", "build_job", "grades_through_course", "notebook_wall_limit", "run_recheck",
            "strip_recordings", "RECHECK_SECONDS_PER_TEST"]
 
@@ -55,9 +55,6 @@ class Recheck:
     seconds: float = 0.0
     kept: tuple[str, ...] = ()
     """Test cells the re-check cannot judge (see :func:`grades_through_course`): the notebook's grade stands."""
-    failed_before: tuple[str, ...] = ()
-    """Test cells that failed in the notebook's run: they earned nothing there, and the re-check only takes
-    points away, so it does not run them again."""
 
     def passed(self, test_cell: str) -> bool:
         return bool(self.tests.get(test_cell, {}).get("passed"))
@@ -66,6 +63,11 @@ class Recheck:
         if test_cell in self.tests:
             return str(self.tests[test_cell].get("message", ""))
         return self.problem or "the re-check did not reach this test"
+
+    def error(self, test_cell: str) -> str:
+        """The name of what the test raised in the re-check (``CheckFailed``, ``AssertionError``, ...)."""
+        name = str(self.tests.get(test_cell, {}).get("error") or RECHECK_ERROR)
+        return name if name.isidentifier() else RECHECK_ERROR
 
 
 def _nbgrader(cell: dict) -> dict:
@@ -154,28 +156,6 @@ def _recordings(graded_nb: dict, test_ids: set[str]) -> dict[str, dict]:
     return merged
 
 
-def grades_through_course(test_source: str) -> bool:
-    """Whether a test cell grades through the course (calls ``course.check`` or another ``course.`` function).
-
-    Only such a test can be re-checked: it hands the learner's function to a check, which the re-check
-    answers from the recording. A test that calls the learner's code itself (``assert add(1, 2) == 3``)
-    would have to run that code in the test's process, which is what the re-check exists to avoid, so
-    it keeps the notebook's grade and the report says so."""
-    try:
-        tree = ast.parse(test_source)
-    except SyntaxError:
-        return False
-    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-               and isinstance(node.func.value, ast.Name) and node.func.value.id == "course"
-               for node in ast.walk(tree))
-
-
-def _failed(cell: dict | None) -> bool:
-    """Whether a graded test cell failed in the notebook's run (nbgrader gives a cell with an error no points)."""
-    outputs = cell.get("outputs", []) if isinstance(cell, dict) else []
-    return any(isinstance(o, dict) and o.get("output_type") == "error" for o in outputs)
-
-
 # What a cell shows when the notebook's run never finished it: the time limit, or its kernel killed or crashed
 # (autograder.preprocessors.sandboxed_execute). The re-check does not run such a cell again.
 _NEVER_FINISHED = ("CellTimeoutError", "KernelCrash", "DeadKernelError", "KeyboardInterrupt")
@@ -190,10 +170,10 @@ def _ended(cell: dict | None) -> bool:
 def build_job(source_nb: dict, graded_nb: dict) -> dict:
     """The re-check's input: instructor setup and tests, the learner's answer cells, the recordings.
 
-    Only tests that passed in the notebook's run are re-checked: ``kept`` lists those that do not grade
-    through the course (the notebook's grade stands), ``failed_before`` those that failed there."""
+    Every test that grades through the course is judged; ``kept`` lists those that do not (the notebook's grade
+    stands)."""
     by_id = {_nbgrader(c).get("grade_id"): c for c in graded_nb.get("cells", []) if _nbgrader(c).get("grade_id")}
-    setup, tests, kept, failed_before = [], [], [], []
+    setup, tests, kept = [], [], []
     for cell in source_nb.get("cells", []):
         meta = _nbgrader(cell)
         if cell.get("cell_type") != "code":
@@ -201,8 +181,6 @@ def build_job(source_nb: dict, graded_nb: dict) -> dict:
         if meta.get("grade") and not meta.get("solution"):
             if not grades_through_course(_source(cell)):
                 kept.append(meta["grade_id"])
-            elif _failed(by_id.get(meta["grade_id"])):
-                failed_before.append(meta["grade_id"])
             else:
                 tests.append({"cell": meta["grade_id"], "source": _source(cell)})
         elif meta.get("locked") and not meta.get("solution") and not meta.get("grade"):
@@ -212,7 +190,7 @@ def build_job(source_nb: dict, graded_nb: dict) -> dict:
         handed_in = by_id.get(answer["cell"])
         answers.append(answer | {"source": _source(handed_in) if handed_in is not None else None,
                                  "ended": _ended(handed_in)})
-    return {"setup": setup, "answers": answers, "tests": tests, "kept": kept, "failed_before": failed_before,
+    return {"setup": setup, "answers": answers, "tests": tests, "kept": kept,
             "recordings": _recordings(graded_nb, {t["cell"] for t in tests})}
 
 
@@ -231,9 +209,9 @@ def run_recheck(job: dict, scratch: Path, settings: SandboxSettings, kernels_vie
     """Run the re-check (``python -m course recheck``, :mod:`course.grading.recheck`) on ``job`` in the sandbox (or
     unconfined when ``settings.isolate`` is off)."""
     if not job.get("tests"):  # nothing to judge: no sandbox to start
-        return Recheck(kept=tuple(job.get("kept", ())), failed_before=tuple(job.get("failed_before", ())))
+        return Recheck(kept=tuple(job.get("kept", ())))
     result = _run(job, Path(scratch), settings, kernels_view, time_limit, per_test)
-    result.kept, result.failed_before = tuple(job.get("kept", ())), tuple(job.get("failed_before", ()))
+    result.kept = tuple(job.get("kept", ()))
     return result
 
 
@@ -312,9 +290,11 @@ record, :data:`autograder.preprocessors.sandboxed_execute.METADATA_KEY`): ``chan
 failed), ``seconds``, ``kept`` (test cells it cannot judge) and ``problem`` (why it could not run, if it could not)."""
 
 RECHECK_ERROR = "RecheckFailed"
-"""The error name of a test cell's output when the re-check failed a test the notebook's run passed."""
+"""The error name of a judged test cell's output when the re-check gives no other (it could not run, or the test
+raised something nameless)."""
 
-CAUGHT = "passed in the notebook's run but failed when re-checked"
+JUDGED = "failed when the grader checked it"
+"""What every judged test cell that failed says, before the check's own reason."""
 
 
 def notebook_wall_limit(cell_timeout: float, code_cells: int) -> float:
@@ -325,11 +305,12 @@ def notebook_wall_limit(cell_timeout: float, code_cells: int) -> float:
 
 
 class RecheckTests(NbGraderPreprocessor):
-    """Judge each test cell the notebook's run passed again, in a sandbox where no answer cell runs.
+    """Judge every test cell that grades through the course, in a sandbox where no answer cell runs.
 
-    A test cell the re-check fails gets an error output in place of its own (the reason, in a sentence), so
-    nbgrader's ``SaveAutoGrades`` gives it no points. A re-check that cannot run fails closed: every test cell it
-    should have judged gets the error, with the reason. It reads the instructor's notebook (hidden tests included)
+    The notebook's run left each such cell an error saying it awaits the re-check; here it gets what the re-check
+    found: the check's own lines when it passed, or an error with the reason when it failed, so nbgrader's
+    ``SaveAutoGrades`` scores it as any test. A re-check that cannot run fails closed: every test cell it should have
+    judged gets the error, with the reason. It reads the instructor's notebook (hidden tests included)
     from the course directory's ``source/<assignment>/``, never from the submission.
     """
 
@@ -362,14 +343,13 @@ class RecheckTests(NbGraderPreprocessor):
         try:
             source = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            # Fail closed: the notebook's own test cells (nbgrader restored the instructor's) lose what they earned.
+            # Fail closed: the notebook's own test cells (nbgrader restored the instructor's) earn nothing.
             job = build_job(nb, nb)
             strip_recordings(nb)
             # The reason reaches the student's feedback: the course directory's layout, not this machine's paths.
             shown = f"source/{info['assignment']}/{path.name}"
             return job, Recheck(problem=f"the grader could not read the instructor's notebook {shown} "
-                                        f"({type(exc).__name__})",
-                                kept=tuple(job["kept"]), failed_before=tuple(job["failed_before"]))
+                                        f"({type(exc).__name__})", kept=tuple(job["kept"]))
         job = build_job(source, nb)
         strip_recordings(nb)
         view = self.kernels_view.replace("{assignment}", str(info["assignment"]))  # as SandboxedKernelManager's
@@ -392,17 +372,19 @@ class RecheckTests(NbGraderPreprocessor):
         changes = []
         for cell in nb.cells:
             grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            if grade_id not in judged or recheck.passed(grade_id) or not utils.is_grade(cell):
+            if grade_id not in judged or not utils.is_grade(cell):
                 continue
-            earned, points = utils.determine_grade(cell, self.log)
-            if not earned:
-                continue  # the re-check only takes points away: this cell earned none in the notebook's run
-            reason = recheck.message(grade_id)
-            cell.outputs = [new_output("error", ename=RECHECK_ERROR, evalue=(
-                f"this test {CAUGHT} by the grader, in a fresh process where no answer cell ran: {reason}"),
-                traceback=[f"{RECHECK_ERROR}: this test {CAUGHT} by the grader: {reason}"])]
-            changes.append(f"{grade_id}: {CAUGHT}, 0 of {points:g} points: {reason}")
-            self.log.warning("%s", changes[-1])
+            cell.execution_count = None
+            if recheck.passed(grade_id):
+                shown = recheck.message(grade_id)
+                cell.outputs = [new_output("stream", name="stdout", text=shown + "\n")] if shown else []
+                continue
+            reason, ename = recheck.message(grade_id), recheck.error(grade_id)
+            cell.outputs = [new_output("error", ename=ename, evalue=(
+                f"this test {JUDGED}, in a fresh process where no answer cell ran: {reason}"),
+                traceback=[f"{ename}: this test {JUDGED}: {reason}"])]
+            points = float(cell.metadata["nbgrader"].get("points", 0) or 0)
+            changes.append(f"{grade_id}: {JUDGED}, 0 of {points:g} points: {reason}")
         record = nb.metadata.setdefault(METADATA_KEY, {})
         record[RECHECK_RECORD] = {"changes": changes, "seconds": recheck.seconds, "kept": list(recheck.kept),
                                   "problem": recheck.problem}

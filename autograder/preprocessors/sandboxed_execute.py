@@ -9,7 +9,11 @@
 * a kernel that dies in a cell (segfault, abort, killed for memory), or that ignores the interrupt
   at the time limit and has to be killed, costs only that cell: the cell gets an error saying so,
   a fresh kernel re-runs the notebook's locked setup cells and the notebook goes on with the next
-  cell. Whatever the lost kernel had defined is gone, so later cells that need it fail on their own.
+  cell. Whatever the lost kernel had defined is gone, so later cells that need it fail on their own;
+* a test cell that grades through the course (:func:`grades_through_course`) is not run in the learner's
+  process at all: the grader's re-check (:mod:`autograder.preprocessors.recheck_tests`) judges it in a process
+  of its own, and until it has, the cell holds an error (:data:`AWAITING_RECHECK`), so a pass without a re-check
+  that put it there earns nothing.
 
 What happened is stored in the notebook's metadata under ``autograder`` (kept through nbgrader's
 metadata clearing by the course config): ``events`` (interruptions, crashes, kills, each with the
@@ -18,6 +22,7 @@ or the doctor's "graded on: ..."), else the tier the sandbox implies.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import re
 import shutil
@@ -38,9 +43,13 @@ from traitlets import Bool, Dict, Integer, Unicode, default
 from autograder.kernel_polling import poll_shell_in_slices
 from autograder.sandbox.bubblewrap import SandboxSettings, describe_exit, hand_over, kernel_command, sandbox_uid
 
-__all__ = ["SandboxedKernelManager", "SandboxedExecute", "METADATA_KEY"]
+__all__ = ["SandboxedKernelManager", "SandboxedExecute", "METADATA_KEY", "AWAITING_RECHECK", "grades_through_course",
+           "judged_outside"]
 
 METADATA_KEY = "autograder"
+
+AWAITING_RECHECK = "AwaitingRecheck"
+"""The error name a judged test cell holds between the notebook's run, which does not run it, and the re-check."""
 
 # Past the output budget, an error and one stderr message are still kept (clipped to this size):
 # nbgrader scores a test cell by whether they are there.
@@ -160,6 +169,28 @@ def _cell_label(cell: NotebookNode, index: int) -> str:
 def _is_setup_cell(cell: NotebookNode) -> bool:
     """A locked instructor cell that is neither an exercise nor a test (e.g. the imports)."""
     return cell.cell_type == "code" and utils.is_locked(cell) and not utils.is_grade(cell)
+
+
+def grades_through_course(test_source: str) -> bool:
+    """Whether a test cell grades through the course (calls ``course.check`` or another ``course.`` function).
+
+    Only such a test is judged by the re-check: it hands the learner's function to a check, which the re-check runs
+    on the learner's answers in processes of its own. A test that calls the learner's code itself
+    (``assert add(1, 2) == 3``) would have to run that code in the test's process, which is what the re-check exists
+    to avoid, so it runs in the notebook and keeps the notebook's grade, and the report says so."""
+    try:
+        tree = ast.parse(test_source)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and isinstance(node.func.value, ast.Name) and node.func.value.id == "course"
+               for node in ast.walk(tree))
+
+
+def judged_outside(cell: NotebookNode) -> bool:
+    """A test cell the re-check judges, and the notebook's run therefore never runs."""
+    return (cell.get("cell_type") == "code" and utils.is_grade(cell) and not utils.is_solution(cell)
+            and grades_through_course("".join(cell.source) if isinstance(cell.source, list) else str(cell.source)))
 
 
 def _error_output(ename: str, message: str) -> NotebookNode:
@@ -309,6 +340,11 @@ class SandboxedExecute(Execute):
             info = self.wait_for_reply(self.kc.kernel_info())
             self.nb.metadata["language_info"] = info["content"]["language_info"]
             for index, cell in enumerate(self.nb.cells):
+                if judged_outside(cell):  # graded from outside this process only: not run here at all
+                    cell.outputs = [_error_output(AWAITING_RECHECK, "the grader's re-check judges this test in a "
+                                                                    "process of its own, and has not run")]
+                    cell.execution_count = None
+                    continue
                 self._interrupted = False
                 try:
                     self.preprocess_cell(cell, resources, index)

@@ -27,7 +27,8 @@ a descriptor this process kept, would show it the hidden tests. Once read, stdin
     nothing else (:func:`course.lessons.tt_answer.build`);
 - ``tests``: the instructor's test cells, hidden tests included, run as written.
 
-``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``.
+``RESULT.json`` maps each test cell to ``{"passed": bool, "message": str}``, and a failed one also to the name of
+what it raised (``"error"``).
 
 The test cells reach the course through the setup's own ``import course``, as in the notebook.
 """
@@ -188,11 +189,12 @@ def run_job(job: dict, cell_builders: Mapping[str, CellBuilder],
                     exec(compile(test["source"], f"<test {test['cell']}>", "exec"), dict(namespace))
                 outcome = {"passed": True, "message": shown.getvalue().strip()}
             except _TestTimeout:
-                outcome = {"passed": False, "message": f"the re-check of this test ran past {per_test_seconds:g} s"}
+                outcome = {"passed": False, "message": f"the re-check of this test ran past {per_test_seconds:g} s",
+                           "error": "TimeoutError"}
             except BaseException as exc:  # noqa: BLE001 - any failure of a test cell fails that test only
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                outcome = {"passed": False, "message": _message(exc)}
+                outcome = {"passed": False, "message": _message(exc), "error": type(exc).__name__}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             outcome["seconds"] = round(time.monotonic() - started, 2)

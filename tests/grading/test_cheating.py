@@ -1,8 +1,9 @@
 """The cheating corpus (autograder/corpora/cheating) graded beside an honest submission.
 
-Each entry must earn exactly its known grade, with the reason on its feedback page; the honest one
-keeps full marks; and every entry's trick must really have worked on the notebook's own run where
-the entry says the re-check caught it (so the corpus cannot go stale into tricks that fool nothing).
+Each entry must earn exactly its known grade, with the reason on its feedback page, and every test it loses must be
+one the re-check failed (the CSV's recheck column names each, with its reason); the honest one keeps full marks. The
+notebook's own run judges no test, so a trick that works on the learner's process (tests/grading/test_recheck_in_autograde.py
+shows one passing there) changes nothing.
 
 The same batch holds lesson 01's wrong-corpus pack, checked as
 test_wrong_corpus.py checks every lesson's (``check_pack_batch``): both need the honest notebook graded,
@@ -76,11 +77,9 @@ def test_cheating_batch_earns_exactly_what_it_solved(repo: Path, tmp_path: Path)
         for cheat in pack:
             if not re.search(cheat.feedback, page):
                 problems.append(f"{cheat.name}: its feedback page does not say {cheat.feedback!r}")
-            if cheat.caught_by_recheck:
-                # The trick really fooled the notebook's own run on every test it loses.
-                fooled = {line.split(":")[0] for line in result.recheck if "passed in the notebook's run" in line}
-                if not set(cheat.loses) <= fooled:
-                    problems.append(f"{cheat.name}: the notebook's own run already failed "
-                                    f"{sorted(set(cheat.loses) - fooled)}, so the trick fooled nothing there")
+        # Every point lost is the re-check's, each with its reason in the CSV's recheck column.
+        lost = {line.split(":")[0] for line in result.recheck}
+        if lost != set(submission.loses):
+            problems.append(f"{name}: the re-check failed {sorted(lost)}, expected {sorted(submission.loses)}")
     assert not problems, "\n".join(problems)
     check_pack_batch(repo, ASSIGNMENT, results)

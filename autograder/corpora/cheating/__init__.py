@@ -148,7 +148,7 @@ math.isclose = lambda *a, **k: True
               loses=KERNEL_TESTS, feedback=NOT_STARTED, stub_tracks=("naive_cuda", "naive_metal")),
         Cheat("python-inside-triton-kernel", "runs Python (an import) inside @triton.jit",
               (Change("naive_triton", source=python_in_kernel),),
-              # Refused from the cell's text, in the notebook's run already: a kernel names nothing but Triton.
+              # Refused from the cell's text, in the lab and the grader alike: a kernel names nothing but Triton.
               loses=KERNEL_TESTS, feedback=r"uses `__import__` \(line \d+\), which is Python, not Triton",
               stub_tracks=("naive_cuda", "naive_metal")),
         Cheat("python-function-in-triton-kernel", "calls a plain Python function from inside @triton.jit",

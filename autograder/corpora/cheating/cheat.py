@@ -14,9 +14,11 @@ ASSIGNMENT = "01_naive_attention"
 KERNEL_TESTS = ("test_naive_kernel", "test_naive_kernel_hidden")
 TORCH_TESTS = ("test_attention_torch", "test_attention_torch_hidden")
 KERNEL_CELLS = ("naive_triton", "naive_cuda", "naive_metal")
-CAUGHT = r"passed in the notebook's run but failed when re-checked"
+# Every test the grader judges is judged outside the learner's process (autograder.preprocessors.recheck_tests): a trick
+# that worked on the notebook's own process fools nothing there.
+CAUGHT = r"failed when the grader checked it"
 # The course launches a Triton cell's kernels with its own wrapper, in the notebook too: a wrapper that
-# computes the answer otherwise leaves the kernel a stub, and the check says so in both passes.
+# computes the answer otherwise leaves the kernel a stub, and the check says so, in the learner's lab and the grader.
 NOT_STARTED = r"not implemented yet in any track"
 
 
@@ -39,11 +41,6 @@ class Cheat:
     @property
     def in_kernel_cell(self) -> bool:
         return any(change.cell in KERNEL_CELLS for change in self.changes)
-
-    @property
-    def caught_by_recheck(self) -> bool:
-        """The trick passes the notebook's own run; only the re-check takes the points."""
-        return self.feedback.startswith(CAUGHT)
 
 
 def cell_sources(repo: Path, folder: str, assignment: str = ASSIGNMENT) -> dict[str, str]:
