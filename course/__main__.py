@@ -6,6 +6,7 @@ and hands the code below them, which cannot import them, what it needs:
     python -m course recheck - RESULT.json [SECONDS_PER_TEST] < JOB.json   (course.grading.recheck: the cell builders
                                                                              and the probes)
     python -m course answer-process                                        (course.grading.answer_process: the probes)
+    python -m course answer-zygote FD                                      (course.grading.answer_zygote: the probes)
 """
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["answer-process"]:  # started by course.grading.answer_process.AnswerProcess, requests on stdin
         from course.grading.answer_process import serve  # when chosen, as `run` above
         return serve(load().probes)
+    if argv[:1] == ["answer-zygote"] and len(argv) == 2 and argv[1].isdigit():  # course.grading.answer_zygote's
+        from course.grading.answer_process import serve  # when chosen, as `run` above
+        from course.grading.answer_zygote import serve_apart
+        probes = load().probes
+        return serve_apart(int(argv[1]), lambda: serve(probes))
     parser = argparse.ArgumentParser(prog="python -m course", description="FlashAttention course tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="list the execution tiers this machine has and what missing ones need")

@@ -77,6 +77,18 @@ def _tier_rules(request):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _answer_zygote():
+    """Re-checks run in this process (``run_job``) fork their answer processes from a fresh Python of the course, as
+    ``python -m course recheck`` forks them from its own copy, instead of starting a Python and torch for each
+    (course.grading.answer_zygote.start_apart); this process adopts them."""
+    from course.grading import answer_zygote
+    zygote = answer_zygote.start_apart()
+    yield
+    if zygote is not None:
+        zygote.close()
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

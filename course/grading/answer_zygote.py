@@ -15,8 +15,11 @@ zygote:
   re-check started itself would be, so the re-check waits for it, limits its address space and kills it as before;
 - it starts a session of its own and dies with the re-check, as before.
 
-The re-check's tests run in the pytest process, which holds far more than a learner's lab would: there
-:func:`current` is None and answer processes start as fresh Pythons.
+The re-check's tests run it in the pytest process, which holds far more than a learner's lab would, so it is no
+process to fork answer processes from. :func:`start_apart` makes the zygote a fresh Python of its own instead
+(``python -m course answer-zygote``): it imports the course as the re-check does and holds nothing else, and the
+process that started it adopts its answer processes. Without either, :func:`current` is None and each answer process
+starts as a fresh Python.
 """
 from __future__ import annotations
 
@@ -27,13 +30,14 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 from typing import Callable
 
-__all__ = ["Forked", "Zygote", "current", "start"]
+__all__ = ["Forked", "Zygote", "current", "start", "start_apart", "serve_apart"]
 
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4  # linux/prctl.h
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36  # linux/prctl.h
 _ADOPTION_SECONDS = 10.0  # how long a new answer process waits to become the re-check's child
 _ZYGOTE: "Zygote | None" = None
 
@@ -74,8 +78,18 @@ class Forked:
 class Zygote:
     """The forked copy of the re-check that answer processes are forked from (:func:`start`)."""
 
-    def __init__(self, pid: int, control: socket.socket):
-        self.pid, self.control = pid, control
+    def __init__(self, pid: int, control: socket.socket, process: subprocess.Popen | None = None):
+        self.pid, self.control, self.process = pid, control, process
+
+    def close(self) -> None:
+        """End the zygote (it ends when its control socket closes); answer processes it forked are not touched."""
+        self.control.close()
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
     def spawn(self, env: dict[str, str]) -> Forked:
         """A new answer process with ``env`` added to its environment, adopted by this process."""
@@ -128,6 +142,31 @@ def start(serve: Callable[[], int]) -> Zygote | None:
     theirs.close()
     _ZYGOTE = Zygote(pid, ours)
     return _ZYGOTE
+
+
+def start_apart() -> Zygote | None:
+    """Start the zygote as a fresh Python of its own (``python -m course answer-zygote FD``), for a process that is no
+    copy to fork answer processes from (the test suite's, which runs re-checks in-process). This process becomes a
+    child subreaper, so that it adopts each answer process as the re-check does. Linux only."""
+    global _ZYGOTE
+    if not sys.platform.startswith("linux"):
+        return None
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "course", "answer-zygote", str(theirs.fileno())],
+                                   pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    finally:
+        theirs.close()
+    _ZYGOTE = Zygote(process.pid, ours, process)
+    return _ZYGOTE
+
+
+def serve_apart(fd: int, serve: Callable[[], int]) -> int:
+    """The zygote :func:`start_apart` started (its control socket is ``fd``): forks answer processes until that
+    socket closes."""
+    _zygote(socket.socket(fileno=fd), os.getppid(), serve)
+    return 0
 
 
 def _die_with(parent: int) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import course
+from course.grading import answer_zygote
 from course.grading.answer_process import AnswerError, AnswerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -254,3 +255,24 @@ def test_the_recheck_forks_its_answer_processes_and_adopts_them(tmp_path):
     assert command[1:4] == ["-m", "course", "recheck"], f"a Python was started for the answer process: {command}"
     assert not [fd for fd in fds if fd.startswith("socket:")], fds
     assert len({fd for fd in fds if fd.startswith("pipe:")}) == 2, fds  # its requests and its replies
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks on Linux")
+def test_a_recheck_run_in_this_process_forks_its_answer_processes_from_a_fresh_course():
+    """In the test suite the re-check runs in the pytest process (``run_job``), which holds the tests themselves: its
+    answer processes are forked from a fresh Python of the course (``python -m course answer-zygote``, which the suite
+    starts once per process), never from the pytest process, and adopted by it, with two pipes and nothing else."""
+    from course.grading.recheck import run_job
+    from course.lessons import load
+    zygote = answer_zygote.current()
+    assert zygote is not None and zygote.process is not None, "the suite's zygote is not running"
+    job = {"setup": ["import course, torch"], "answers": [{"cell": "w", "kind": "python", "names": ["where", "has_pytest"],
+                                                            "source": WHERE + "\nimport sys\n"
+                                                            "def has_pytest():\n    return 'pytest' in sys.modules\n"}],
+           "tests": [{"cell": "t", "source": "raise AssertionError(repr((where(), has_pytest())))"}], "recordings": {}}
+    (parent, command, fds), pytest_loaded = eval(run_job(job, load().cell_builders)["t"]["message"])
+    assert parent == os.getpid(), "the answer process is not this process's child"
+    assert command[1:4] == ["-m", "course", "answer-zygote"], f"not forked from the zygote: {command}"
+    assert not pytest_loaded, "the answer process holds the tests' modules: it was forked from this process"
+    assert not [fd for fd in fds if fd.startswith("socket:")], fds
+    assert len({fd for fd in fds if fd.startswith("pipe:")}) == 2, fds
