@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(load().probes)
     if argv[:1] == ["answer-zygote"] and len(argv) == 2 and argv[1].isdigit():  # course.grading.answer_zygote's
         from course.grading.answer_process import serve  # when chosen, as `run` above
-        from course.grading.answer_zygote import serve_apart
+        from course.grading.answer_zygote import serve_apart  # when chosen, as `run` above
         probes = load().probes
         return serve_apart(int(argv[1]), lambda: serve(probes))
     parser = argparse.ArgumentParser(prog="python -m course", description="FlashAttention course tools.")

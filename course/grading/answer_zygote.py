@@ -93,6 +93,8 @@ class Zygote:
 
     def spawn(self, env: dict[str, str]) -> Forked:
         """A new answer process with ``env`` added to its environment, adopted by this process."""
+        if self.process is not None:  # started apart: this process adopts its answers only while a subreaper
+            _adopt_orphans()
         to_child, from_parent = os.pipe()
         from_child, to_parent = os.pipe()
         try:
@@ -151,7 +153,7 @@ def start_apart() -> Zygote | None:
     global _ZYGOTE
     if not sys.platform.startswith("linux"):
         return None
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _adopt_orphans()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         process = subprocess.Popen([sys.executable, "-m", "course", "answer-zygote", str(theirs.fileno())],
@@ -160,6 +162,10 @@ def start_apart() -> Zygote | None:
         theirs.close()
     _ZYGOTE = Zygote(process.pid, ours, process)
     return _ZYGOTE
+
+
+def _adopt_orphans() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def serve_apart(fd: int, serve: Callable[[], int]) -> int:

@@ -67,13 +67,19 @@ def hidden_lines(nb: nbformat.NotebookNode) -> list[str]:
 # Nothing a grading run starts outlives it
 # ---------------------------------------------------------------------------------------------
 
-_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+_PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37  # linux/prctl.h
 
 
-def adopt_orphans(on: bool) -> None:
+def adopt_orphans(on: bool) -> bool:
+    """Make this process the adopter of its descendants' orphans (Linux's child subreaper), or stop; whether it was one
+    before, to put back afterwards: the suite's answer processes need it on for good
+    (course.grading.answer_zygote.start_apart)."""
     libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    return bool(was.value)
 
 
 def _describe(process) -> str:
@@ -96,7 +102,7 @@ def processes_left_behind(grace: float = 15.0) -> Iterator[list[str]]:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     left: list[str] = []
-    adopt_orphans(True)
+    adopting_before = adopt_orphans(True)
     try:
         yield left
     finally:
@@ -127,4 +133,4 @@ def processes_left_behind(grace: float = 15.0) -> Iterator[list[str]]:
                 except (psutil.Error, ChildProcessError):
                     pass
         finally:
-            adopt_orphans(False)
+            adopt_orphans(adopting_before)

@@ -173,7 +173,11 @@ def _type_answers(page, hub: Hub, user: str, answers: dict[str, str]) -> None:
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # saved: the file on the server holds what was typed
-        saved = nbformat.read(hub.state / "home" / user / path, as_version=4)
+        try:
+            saved = nbformat.read(hub.state / "home" / user / path, as_version=4)
+        except nbformat.reader.NotJSONError:  # read while the server was writing it: read it again
+            time.sleep(0.3)
+            continue
         if all(c.source == answers[c.metadata["nbgrader"]["grade_id"]] for c in saved.cells
                if c.metadata.get("nbgrader", {}).get("grade_id") in answers):
             return

@@ -226,7 +226,7 @@ def test_a_child_whose_parent_died_before_it_started_does_not_run() -> None:
     notices and exits; the control, the death signal alone, runs on."""
     import shutil
     sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
-    adopt_orphans(True)
+    adopting_before = adopt_orphans(True)
     try:
         guarded = _start_after_parent_died(sleeper, "guarded")
         _, status = os.waitpid(guarded, 0)
@@ -239,7 +239,7 @@ def test_a_child_whose_parent_died_before_it_started_does_not_run() -> None:
             os.waitpid(control, 0)
             assert still_running, "control: without the check the orphan runs on"
     finally:
-        adopt_orphans(False)
+        adopt_orphans(adopting_before)
 
 
 # Starts a child in a session of its own (as jupyter_client starts a kernel), says so, and waits.
