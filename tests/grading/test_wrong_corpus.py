@@ -10,9 +10,9 @@ Two proofs, cheap enough to grow with the course:
    saying "not implemented yet": the notebook as handed out earns nothing.
 2. *Through nbgrader*: the first packed submission (one wrong answer for every exercise;
    :func:`autograder.corpora.wrong.packs`) is graded in one batch, in the sandbox, beside the honest
-   notebook (full marks that the re-check left as they were, and nothing on stderr: this is the test that the
+   notebook (full marks, every test passed by the re-check, and nothing on stderr: this is the test that the
    lesson's solution notebook runs top to bottom clean). Every exercise must lose points there.
-   The grade of a test is the notebook's result, which the re-check can only lower, so proof 1 covers
+   The grade of a test is the re-check's verdict, reached by the same check the test cell calls, so proof 1 covers
    the other packs; grading them all would cost the suite a minute a lesson and prove nothing more.
    Lesson 00's batch also holds the student notebook as handed out (zero, with feedback that says the answers are
    not implemented yet and quotes no hidden test) and a partial notebook (some points, not all; feedback without
