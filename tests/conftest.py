@@ -89,6 +89,49 @@ def _answer_zygote():
         zygote.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_zygote():
+    """The Jupyter kernels this process's tests start (through nbclient, or a JupyterLab it starts) are forked from a
+    Python that has imported ipykernel and torch once (tests/kernel_zygote.py), not started afresh.
+
+    A pytest that a test starts (the lowest Triton's, a copy of the course's) starts none, and its kernels, if any,
+    are started afresh by the default spec, with its own Python."""
+    import kernel_zygote
+    outer = os.environ.pop(kernel_zygote.ENV, None)
+    if outer:
+        paths, spec = os.environ.get("JUPYTER_PATH", ""), str(Path(outer).parent)
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in paths.split(os.pathsep) if p and p != spec)
+        yield
+        os.environ["JUPYTER_PATH"], os.environ[kernel_zygote.ENV] = paths, outer
+        return
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="kernels-"))  # short: a socket's path has 108 bytes at most
+    socket_path = str(folder / "zygote")
+    kernel_zygote.write_kernel_spec(folder)
+    before = {name: os.environ.get(name) for name in ("JUPYTER_PATH", kernel_zygote.ENV)}
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(p for p in (str(folder), before["JUPYTER_PATH"]) if p)
+    os.environ[kernel_zygote.ENV] = socket_path  # before the zygote starts: its environment is the kernels'
+    zygote = subprocess.Popen([sys.executable, kernel_zygote.__file__, socket_path], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE)
+    if zygote.stdout.readline() == kernel_zygote.READY:
+        kernel_zygote.running = zygote
+    else:  # it could not start: every kernel starts afresh
+        os.environ.pop(kernel_zygote.ENV)
+    yield
+    kernel_zygote.running = None
+    zygote.kill()
+    zygote.wait()
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

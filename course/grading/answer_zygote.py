@@ -20,6 +20,13 @@ process to fork answer processes from. :func:`start_apart` makes the zygote a fr
 (``python -m course answer-zygote``): it imports the course as the re-check does and holds nothing else, and the
 process that started it adopts its answer processes. Without either, :func:`current` is None and each answer process
 starts as a fresh Python.
+
+The Triton compile server (:class:`course.tracks.compile_server.CompileServer`) is forked from the zygote as well
+(:meth:`Zygote.compile_server`), with Triton's interpreter off: a fresh one imports Python, torch and the course
+again before its first compile, once per re-check that gates a Triton answer (about a second of that re-check's
+CPU on the 2-core test VM, docs/grading.md). The zygote has
+not imported Triton, so the server imports it as a fresh Python would, for the GPU's compiler. It is adopted like an
+answer process and, like one, holds nothing of the job.
 """
 from __future__ import annotations
 
@@ -34,6 +41,9 @@ import subprocess
 import sys
 import time
 from typing import Callable
+
+from course.paths import PACKAGE_ROOT
+from course.tracks import compile_server
 
 __all__ = ["Forked", "Zygote", "current", "start", "start_apart", "serve_apart"]
 
@@ -91,14 +101,15 @@ class Zygote:
                 self.process.kill()
                 self.process.wait()
 
-    def spawn(self, env: dict[str, str]) -> Forked:
-        """A new answer process with ``env`` added to its environment, adopted by this process."""
+    def spawn(self, env: dict[str, str], role: str = "answer") -> Forked:
+        """A new answer process (``role`` "answer"), or a compile server ("compile"), with ``env`` added to its
+        environment, adopted by this process."""
         if self.process is not None:  # started apart: this process adopts its answers only while a subreaper
             _adopt_orphans()
         to_child, from_parent = os.pipe()
         from_child, to_parent = os.pipe()
         try:
-            socket.send_fds(self.control, [json.dumps(env).encode()], [to_child, to_parent])
+            socket.send_fds(self.control, [json.dumps({"env": env, "role": role}).encode()], [to_child, to_parent])
             ready, _, _ = select.select([self.control], [], [], 30.0)
             reply = self.control.recv(64) if ready else b""
         finally:
@@ -108,8 +119,12 @@ class Zygote:
         if pid <= 0:
             os.close(from_parent)
             os.close(from_child)
-            raise OSError("the zygote did not start an answer process")
+            raise OSError(f"the zygote did not start an {role} process")
         return Forked(pid, os.fdopen(from_parent, "wb"), os.fdopen(from_child, "rb"))
+
+    def compile_server(self, env: dict[str, str]) -> Forked:
+        """A compile server (:func:`course.tracks.compile_server.serve`) with ``env`` added to its environment."""
+        return self.spawn(env, role="compile")
 
 
 def current() -> Zygote | None:
@@ -143,6 +158,7 @@ def start(serve: Callable[[], int]) -> Zygote | None:
             os._exit(0)
     theirs.close()
     _ZYGOTE = Zygote(pid, ours)
+    compile_server.start_servers_with(_fork_compile_server)
     return _ZYGOTE
 
 
@@ -161,7 +177,19 @@ def start_apart() -> Zygote | None:
     finally:
         theirs.close()
     _ZYGOTE = Zygote(process.pid, ours, process)
+    compile_server.start_servers_with(_fork_compile_server)
     return _ZYGOTE
+
+
+def _fork_compile_server(env: dict[str, str]) -> Forked | None:
+    """A compile server forked from this process's zygote; None without a zygote, or when it did not fork one."""
+    zygote = current()
+    if zygote is None:
+        return None
+    try:
+        return zygote.compile_server(env)
+    except OSError:
+        return None
 
 
 def _adopt_orphans() -> None:
@@ -194,8 +222,10 @@ def _zygote(control: socket.socket, parent: int, serve: Callable[[], int]) -> No
         if not message:
             return  # the re-check closed its end
         pid = b"0"
-        if len(fds) == 2:
-            pid = _fork_adopted(fds, json.loads(message), parent, serve)
+        request = json.loads(message)
+        if len(fds) == 2 and request.get("role") in ("answer", "compile"):
+            chosen = serve if request["role"] == "answer" else _serve_compiles
+            pid = _fork_adopted(fds, request["env"], parent, chosen)
         for fd in fds:
             os.close(fd)
         control.send(pid)
@@ -220,8 +250,14 @@ def _fork_adopted(fds: list[int], env: dict[str, str], parent: int, serve: Calla
     return pid or b"0"
 
 
+def _serve_compiles() -> int:
+    """The compile server's loop, where a compile server started as a program runs it."""
+    os.chdir(PACKAGE_ROOT)
+    return compile_server.serve()
+
+
 def _answer(fds: list[int], env: dict[str, str], parent: int, serve: Callable[[], int]) -> None:
-    """The answer process: requests on ``fds[0]``, replies on ``fds[1]``; never returns."""
+    """The answer process (or compile server): requests on ``fds[0]``, replies on ``fds[1]``; never returns."""
     code = 1
     try:
         os.setsid()

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from course.paths import PACKAGE_ROOT
 from course.tracks.compile_report import PROGRAM, GateReport, Matrix, Result, Unsupported, describe, matrix_from_json
@@ -119,6 +120,20 @@ def serve() -> int:
     return 0
 
 
+_FORK: Callable[[dict[str, str]], Any] | None = None
+
+
+def start_servers_with(fork: Callable[[dict[str, str]], Any] | None) -> Callable[[dict[str, str]], Any] | None:
+    """Start this process's compile servers with ``fork`` (the environment they add → a process with binary ``stdin``
+    and ``stdout``, ``pid``, ``poll``, ``wait``, ``kill`` and ``returncode``, in a session of its own, running
+    :func:`serve`; or None, when it could not), instead of a fresh Python. The re-check hands it its zygote
+    (:mod:`course.grading.answer_zygote`), which has imported the course but not Triton; None puts the fresh Python
+    back. Returns what it replaces."""
+    global _FORK
+    previous, _FORK = _FORK, fork
+    return previous
+
+
 class CompileServer:
     """A compile worker kept running between gates: each gate then costs its compile, not a Python start-up
     and a Triton import (about two of the three seconds a one-kernel gate takes on a laptop-class CPU).
@@ -147,12 +162,17 @@ class CompileServer:
         except OSError:
             return False
 
-    def _start(self) -> subprocess.Popen:
-        env = dict(os.environ, TRITON_INTERPRET="0")
-        env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    def _start(self) -> Any:
+        added = {"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"),
+                 "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+                     os.pathsep) if p])}
         self._pending = b""
         self._owner = os.getpid()
+        forked = _FORK(added) if _FORK is not None else None
+        if forked is not None:
+            forked.stdin = io.TextIOWrapper(forked.stdin, encoding="utf-8")
+            return forked
+        env = dict(os.environ, **added)
         # A session of its own, so that stopping it also stops a ptxas it is running.
         return subprocess.Popen([sys.executable, "-m", PROGRAM, "--serve"], cwd=PACKAGE_ROOT, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -276,3 +276,75 @@ def test_a_recheck_run_in_this_process_forks_its_answer_processes_from_a_fresh_c
     assert not pytest_loaded, "the answer process holds the tests' modules: it was forked from this process"
     assert not [fd for fd in fds if fd.startswith("socket:")], fds
     assert len({fd for fd in fds if fd.startswith("pipe:")}) == 2, fds
+
+
+# Run by the re-check as a test cell (in the re-check's own process): its compile server (started for its Triton
+# answers) compiles a lesson-03 kernel whose running max starts as a Python float, which Triton's interpreter runs and
+# the GPU's compiler refuses, then reports where the server came from.
+SERVER_GATE = """import os
+from course.tracks.compile_report import Matrix
+from course.tracks.triton_answer import compile_server
+server = compile_server()
+report = server.gate(Matrix(lessons=("03_tiled",), dtypes=("fp16",), head_dims=(64,), targets=(90,)), {folder!r}, 300)
+pid = server._proc.pid
+status = open(f"/proc/{{pid}}/status").read()
+parent = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+command = open(f"/proc/{{pid}}/cmdline", "rb").read().decode().split(chr(0))
+failed = sorted({{(r.kernel, "Loop-carried variable m" in r.error) for r in report.results if not r.ok}})
+raise AssertionError(repr((os.getpid(), parent, command, failed)))
+"""
+
+
+def _loop_carried_mistake(folder: Path) -> Path:
+    source = (REPO / "kernels" / "triton" / "03_tiled.py").read_text()
+    pattern = 'm = tl.full([BLOCK_M], float("-inf"), tl.float32)'
+    assert source.count(pattern) == 1, "the mutation no longer matches kernels/triton/03_tiled.py: update this test"
+    folder.mkdir()
+    (folder / "03_tiled.py").write_text(source.replace(pattern, 'm = float("-inf")'))
+    return folder
+
+
+@pytest.mark.slow  # Triton's compiler, a lesson-03 kernel for sm_90
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks on Linux")
+def test_the_recheck_forks_its_compile_server_from_the_zygote_and_it_compiles_for_the_gpu(tmp_path):
+    """A re-check that gates Triton answers starts no Python for its compile server either: it is forked from the
+    zygote (its command line is the re-check's) and adopted by the re-check, and compiles with Triton's interpreter
+    off: the GPU's compiler refuses a kernel the interpreter runs."""
+    folder = _loop_carried_mistake(tmp_path / "kernels")
+    result = tmp_path / "result.json"
+    job = {"setup": ["import course"], "answers": [], "recordings": {},
+           "tests": [{"cell": "t", "source": SERVER_GATE.format(folder=str(folder))}]}
+    done = subprocess.run([sys.executable, "-m", "course", "recheck", "-", str(result)], input=json.dumps(job),
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    recheck, parent, command, failed = eval(json.loads(result.read_text())["tests"]["t"]["message"])
+    assert parent == recheck, "the compile server is not the re-check's child"
+    assert command[1:4] == ["-m", "course", "recheck"], f"a Python was started for the compile server: {command}"
+    assert failed == [("tiled_attention_kernel", True)], failed
+
+
+@pytest.mark.slow  # Triton's compiler, twice
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks on Linux")
+def test_without_a_zygote_the_compile_server_is_a_python_of_its_own(tmp_path):
+    """The suite's processes fork their compile servers from its zygote too; without one (a learner's kernel, or a
+    zygote that is gone), the server is started as a program, and compiles the same."""
+    from course.tracks import compile_server
+    from course.tracks.compile_report import Matrix
+    folder = _loop_carried_mistake(tmp_path / "kernels")
+    matrix = Matrix(lessons=("03_tiled",), dtypes=("fp16",), head_dims=(64,), targets=(90,))
+    reports = {}
+    for way in ("forked", "started"):
+        previous = compile_server.start_servers_with(None) if way == "started" else None
+        server = compile_server.CompileServer()
+        try:
+            report = server.gate(matrix, folder, timeout=300)
+            command = open(f"/proc/{server._proc.pid}/cmdline", "rb").read().decode().split("\0")
+        finally:
+            server.close()
+            if way == "started":
+                compile_server.start_servers_with(previous)
+        reports[way] = (command[1:4], sorted({(r.kernel, "Loop-carried variable m" in r.error)
+                                             for r in report.results if not r.ok}))
+    assert reports["forked"] == (["-m", "course", "answer-zygote"], [("tiled_attention_kernel", True)]), reports
+    assert reports["started"] == (["-m", "course.tracks.triton_compile", "--serve"],
+                                  [("tiled_attention_kernel", True)]), reports
