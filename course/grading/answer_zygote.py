@@ -24,9 +24,9 @@ starts as a fresh Python.
 The Triton compile server (:class:`course.tracks.compile_server.CompileServer`) is forked from the zygote as well
 (:meth:`Zygote.compile_server`), with Triton's interpreter off: a fresh one imports Python, torch and the course
 again before its first compile, once per re-check that gates a Triton answer (about a second of that re-check's
-CPU on the 2-core test VM, docs/grading.md). The zygote has
-not imported Triton, so the server imports it as a fresh Python would, for the GPU's compiler. It is adopted like an
-answer process and, like one, holds nothing of the job.
+CPU on the 2-core test VM, docs/grading.md). The zygote has not imported Triton, so the server imports it as a
+fresh Python would, for the GPU's compiler. It is adopted like an answer process and, like one, holds nothing of the
+job.
 """
 from __future__ import annotations
 
