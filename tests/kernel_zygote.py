@@ -2,8 +2,8 @@
 
 The suite starts about two hundred and fifty kernels (notebooks run by nbclient, JupyterLab in the browser tests,
 nbgrader's), and a fresh one spends about two seconds of CPU importing ipykernel and torch, most of it before its
-first cell does anything: on the suite's two cores, the largest single cost after the tests themselves. So each pytest process
-starts one *kernel zygote* (``python tests/kernel_zygote.py SOCKET``), and the suite's ``python3`` kernel spec
+first cell does anything: on the suite's two cores, one of its largest costs. So each pytest process starts one
+*kernel zygote* (``python tests/kernel_zygote.py SOCKET``), and the suite's ``python3`` kernel spec
 (:func:`write_kernel_spec`) starts a small launcher instead of ipykernel. The launcher hands the zygote what a
 kernel started in its place would have (its standard streams, working folder, environment and arguments) and
 stands in for the kernel towards Jupyter:
