@@ -117,7 +117,7 @@ def _kernel_zygote():
     zygote = subprocess.Popen([sys.executable, kernel_zygote.__file__, socket_path], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE)
     if zygote.stdout.readline() == kernel_zygote.READY:
-        kernel_zygote.running = zygote
+        kernel_zygote.running, kernel_zygote.environment = zygote, dict(os.environ)
     else:  # it could not start: every kernel starts afresh
         os.environ.pop(kernel_zygote.ENV)
     yield

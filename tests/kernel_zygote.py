@@ -31,6 +31,7 @@ from pathlib import Path
 
 ENV = "COURSE_TEST_KERNEL_ZYGOTE"  # the zygote's socket, for the launcher
 running = None  # the zygote this process started (tests/conftest.py), a subprocess.Popen
+environment: dict[str, str] = {}  # the environment it started with: a kernel started with it is forked
 READY = b"ready\n"
 # What the imports made before the fork may have read from the environment: a kernel that would see another value
 # of any of these is started afresh.

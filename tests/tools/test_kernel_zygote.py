@@ -40,8 +40,10 @@ def _gone(pid: int) -> bool:
 
 
 def _started(folder: Path, **env: str) -> tuple[KernelManager, object]:
+    """A kernel started in ``folder`` with the zygote's environment and ``env``: whatever earlier tests of this process
+    left in its own environment (a kernel that sees it is started afresh, and saves nothing) is not this test's."""
     km = KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(folder), env=dict(os.environ, **env))
+    km.start_kernel(cwd=str(folder), env=dict(kernel_zygote.environment, **env))
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=120)
