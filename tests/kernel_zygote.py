@@ -91,8 +91,14 @@ def write_kernel_spec(folder: Path) -> Path:
     return spec
 
 
+# Written by torch itself into its process's environment when inductor first picks its cache folder (a test that
+# compiles does so in a pytest worker), and read only then, never on import: a kernel reads its own value, as a fresh
+# one would. Compared, it made every kernel started after such a test a fresh one.
+_WRITTEN_AT_RUN_TIME = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
 def _relevant(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(_READ_AT_IMPORT)}
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_IMPORT) and k not in _WRITTEN_AT_RUN_TIME}
 
 
 def _kernel(request: dict, fds: list[int]) -> None:

@@ -98,6 +98,20 @@ def test_a_kernel_is_forked_from_the_zygote_where_it_was_started(tmp_path):
         time.sleep(0.1)
 
 
+def test_a_variable_torch_writes_as_it_runs_leaves_the_kernel_forked(tmp_path):
+    """torch writes TORCHINDUCTOR_CACHE_DIR into its own process's environment when inductor first picks its cache
+    folder, as a test that compiles does in a pytest worker. A kernel started after that, with that environment, is
+    still forked, and reads the value it was given."""
+    folder = str(tmp_path / "inductor")
+    km, kc = _started(tmp_path, TORCHINDUCTOR_CACHE_DIR=folder)
+    try:
+        _, parent, _, _, _ = _who(kc)
+        assert parent == _zygote_pid(), "started afresh"
+        assert _run(kc, "import os; print(os.environ['TORCHINDUCTOR_CACHE_DIR'])").strip() == folder
+    finally:
+        _stop(km, kc)
+
+
 def test_a_killed_launcher_takes_the_kernel_and_what_it_started_with_it(tmp_path):
     """Jupyter's kill (SIGKILL to the launcher's process group) ends the forked kernel and its children, and a restart
     forks a new one."""
