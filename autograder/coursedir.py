@@ -56,8 +56,9 @@ class CommandResult:
 
 def path_with_programs(path: str | None) -> str:
     """``path`` (a PATH) with the folder of this Python's programs first. nbgrader runs the ``alembic`` program by name
-    when it creates a gradebook; it sits beside this Python, and a process started as ``.venv/bin/python`` without the
-    environment activated (``make test``, ``make hub``) does not have that folder on its PATH."""
+    to upgrade a gradebook, and to create one where :mod:`autograder.gradebook_version` was not put in place; Jupyter
+    starts its own programs by name too. They sit beside this Python, and a process started as ``.venv/bin/python``
+    without the environment activated (``make test``, ``make hub``) does not have that folder on its PATH."""
     here = str(Path(sys.executable).parent)
     parts = [part for part in (path or "").split(os.pathsep) if part]
     return os.pathsep.join(parts if parts[:1] == [here] else [here, *parts])

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW, path_with_programs, put_programs_on_path
+from autograder.gradebook_version import read_in_process
 from autograder.sandbox.bubblewrap import kernels_folder, write_kernels_without_solutions
 from course.paths import CHECKOUT, REPO
 from course.tools.lab import ANNOUNCEMENTS_PLUGIN, build
@@ -227,6 +228,7 @@ def _enroll(course: Path, students: tuple[str, ...]) -> None:
     """The class's students in the gradebook, so that the formgrader lists one who handed nothing in ("no
     submission") rather than leaving them out."""
     from nbgrader.api import Gradebook  # here, not on top: only an instructor's server and steps use the gradebook
+    read_in_process()
     put_programs_on_path()
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
         for student in students:

@@ -25,8 +25,8 @@ def run_in_process(root: Path, method: str, *args: str, timeout: int = 120, sand
     """nbgrader's ``method`` (an ``NbGraderAPI`` method) on the course directory ``root``: None when it worked, else a
     sentence saying why not. The settings are the directory's (``course_config``), as its ``nbgrader_config.py`` gives
     them to the command line. nbgrader changes the working directory while it converts, so one command runs at a
-    time; it runs the ``alembic`` program that sits beside this Python when it creates a gradebook, so that folder goes
-    on PATH."""
+    time. The programs beside this Python go on PATH, where nbgrader looks for those it runs
+    (:func:`autograder.coursedir.path_with_programs`)."""
     # Imported here, not at the top: nbgrader's API takes about a second to import, and a process that only sends
     # submissions to a cluster never calls this.
     from nbgrader.apps import NbGraderAPI

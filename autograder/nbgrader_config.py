@@ -13,6 +13,7 @@ from nbgrader import preprocessors as nbp
 from traitlets.config import Config
 
 from autograder.coursedir import COURSE_ID, IGNORED_FILES, KERNELS_VIEW
+from autograder.gradebook_version import read_in_process
 from autograder.preprocessors.sandboxed_execute import METADATA_KEY, SandboxedExecute
 from autograder.preprocessors.redact_hidden_tracebacks import RedactHiddenTracebacks
 from autograder.preprocessors.forget_earlier_grades import ForgetEarlierGrades
@@ -101,6 +102,7 @@ def course_config(root: Path | str, timeout: int = 120, sandbox: SandboxSettings
     ``timeout`` is the per-cell limit when autograding; ``sandbox`` says how a submission's kernel
     is confined (default: :class:`~autograder.sandbox.bubblewrap.SandboxSettings`).
     """
+    read_in_process()  # a gradebook this process's nbgrader creates takes its version without starting `alembic`
     c = Config()
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = COURSE_ID
