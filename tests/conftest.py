@@ -90,6 +90,17 @@ def _answer_zygote():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _lent_nbgrader_server(_kernel_zygote):
+    """The grading batches this process runs borrow one nbgrader fork server, started by the first of them, instead of
+    starting one each (autograder.nbgrader_forks.lend_one_server): after the kernel zygote has set the environment
+    they run with."""
+    from autograder import nbgrader_forks
+    nbgrader_forks.lend_one_server(True)
+    yield
+    nbgrader_forks.lend_one_server(False)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _kernel_zygote():
     """The Jupyter kernels this process's tests start (through nbclient, or a JupyterLab it starts) are forked from a
     Python that has imported ipykernel and torch once (tests/kernel_zygote.py), not started afresh.

@@ -116,19 +116,20 @@ class PreparedRelease:
     _forks_lock: Any = field(default_factory=threading.Lock, repr=False)
 
     def forks(self) -> Any:
-        """The fork server, started on first use; None where it cannot start (commands then start on their own)."""
+        """The fork server, started on first use (or the process's shared one borrowed); None where it cannot start
+        (commands then start on their own)."""
         with self._forks_lock:
             if not self._forks_tried:
                 self._forks_tried = True
-                from autograder.nbgrader_forks import ForkServerUnavailable, NbgraderForks
+                from autograder.nbgrader_forks import ForkServerUnavailable, NbgraderForks, borrow
                 try:
-                    self._forks = NbgraderForks()
+                    self._forks = borrow() or NbgraderForks()
                 except ForkServerUnavailable:
                     self._forks = None
             return self._forks
 
     def close(self) -> None:
-        """End the fork server, if it started."""
+        """End the fork server, if it started (a borrowed one: the commands this assignment started)."""
         with self._forks_lock:
             self._forks_tried = True
             if self._forks is not None:

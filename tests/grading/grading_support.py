@@ -97,8 +97,11 @@ def processes_left_behind(grace: float = 15.0) -> Iterator[list[str]]:
     While the block runs, this process adopts the orphans of everything below it (Linux's child subreaper):
     a process whose parent died (a kernel whose nbgrader was killed, a detached child of a submission)
     becomes this process's child instead of init's, so it is found here however it got loose. Processes
-    that were below this one before the block (another test's server, say) are left alone."""
+    that were below this one before the block (another test's server, say) are left alone, and so is the nbgrader
+    fork server the session lends every batch (tests/conftest.py), though not the commands it forked."""
     import psutil
+
+    from autograder.nbgrader_forks import lent_server_pid
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     left: list[str] = []
@@ -111,7 +114,7 @@ def processes_left_behind(grace: float = 15.0) -> Iterator[list[str]]:
             while True:
                 alive = []
                 for process in me.children(recursive=True):
-                    if process.pid in before:
+                    if process.pid in before or process.pid == lent_server_pid():  # lent to every batch, by design
                         continue
                     try:
                         if process.status() == psutil.STATUS_ZOMBIE:

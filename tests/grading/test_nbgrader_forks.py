@@ -81,3 +81,31 @@ def test_the_server_ends_when_its_owner_dies(tmp_path: Path) -> None:
             grader.kill()
             grader.wait()
     assert not left, f"processes outlived the grader that started them: {left}"
+
+
+def test_a_lent_server_serves_every_assignment_and_each_stops_only_its_own_commands(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """The suite lends its batches one server (tests/conftest.py): a prepared assignment borrows it, and closing
+    the assignment stops the commands it started, not another's, and not the server; in a changed environment
+    (which the server's imports could have read) an assignment starts a server of its own."""
+    from autograder.grade.bundle import PreparedRelease
+    from autograder.nbgrader_forks import BorrowedForks, borrow, lent_server_pid
+
+    first, second = (PreparedRelease(tmp_path / name, None, {}, []) for name in ("first", "second"))
+    course = _hanging_course(tmp_path / "course")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with processes_left_behind() as left:
+        try:
+            mine, theirs = first.forks(), second.forks()
+            assert isinstance(mine, BorrowedForks) and isinstance(theirs, BorrowedForks)
+            assert mine.server is theirs.server and mine.server.pid == lent_server_pid()
+            hung = mine.start(["autograde", "lesson"], course.root, env, tmp_path / "mine.log")
+            other = theirs.start(["autograde", "lesson"], course.root, env, tmp_path / "theirs.log")
+            first.close()
+            assert hung.wait(timeout=30) == -9 and other.poll() is None and theirs.alive and not mine.alive
+        finally:
+            second.close()
+        assert other.wait(timeout=30) == -9 and mine.server.alive
+        monkeypatch.setenv("COURSE_TEST_SOMETHING_ELSE", "1")
+        assert borrow() is None
+    assert not left, f"processes outlived the assignments that started them: {left}"
