@@ -332,8 +332,10 @@ def test_a_class_on_the_hub(tmp_path: Path) -> None:
                     seen = {}
                     # Their servers stopped with the hub: both start again at once. A goto would wait on the hub's
                     # spawn (up to its slow_spawn_timeout) before the second could begin; a navigation the page starts
-                    # itself, after this call has returned, does not.
+                    # itself, after this call has returned, does not. Each page leaves its old lab first, so that the
+                    # wait below sees the lab the spawn ends in, not the one the hub's restart left on the page.
                     for user in ("alice", "bob"):
+                        pages[user].goto("about:blank")
                         pages[user].evaluate("url => setTimeout(() => location.assign(url), 0)", f"{hub.url}/hub/spawn")
                     for user in ("alice", "bob"):
                         _wait_for_lab(pages[user], user)
